@@ -1,0 +1,1 @@
+"""TPUEstimator programs on CPUs, GPUs and clusters of them."""
