@@ -1,0 +1,158 @@
+"""Logical (unsharded) checkpoint layout for sharded embedding variables.
+
+A table and each of its optimizer slots are stored in checkpoints as ONE full tensor `[vocabulary_size, dim]`
+under a configurable key, whatever the number of shards and the partition strategy used in memory. This module
+holds the few TensorFlow internals needed for that (TF1 `SaveableObject`, TF2 `Trackable` serialization, graph
+resource registration) behind a small API:
+
+- `LogicalTensor`: a view of one logical tensor spread over shard variables. It is a `Trackable` whose
+  `_serialize_to_tensors` / `_restore_from_tensors` use the full tensor under the local name `VARIABLE_VALUE` (the
+  name a plain `tf.Variable` uses, so checkpoints interoperate with unsharded variables), and it produces a TF1
+  `SaveableObject` (`saveable()`) saved under the exact key.
+- `register_shard_variable`: in a TF1 graph, makes a shard variable initialised by the default `Scaffold`
+  init op (and checked by its ready op) without putting it in `GLOBAL_VARIABLES`, so that the default
+  `tf.compat.v1.train.Saver()` does not save the physical shards.
+- `initializer_op`: the op initialising every registered shard variable of the current graph.
+"""
+
+from typing import Callable, List, Optional, Sequence
+
+import tensorflow as tf
+
+# Internals, kept behind this module.
+from tensorflow.python.ops import resources as _resources
+from tensorflow.python.trackable import base as _trackable_base
+from tensorflow.python.training.saving import saveable_object as _saveable_object
+
+#: Graph collection holding the physical shard variables of every ShardedTable (TF1 graphs only).
+SHARD_VARIABLES_COLLECTION = "tpu_estimator_embedding_shard_variables"
+
+#: Local name under which a logical tensor is serialized by `tf.train.Checkpoint` (same as tf.Variable).
+VARIABLE_VALUE_KEY = _trackable_base.VARIABLE_VALUE_KEY
+
+
+def register_shard_variable(variable: tf.Variable) -> None:
+    """Registers a physical shard variable in the current TF1 graph (no-op when executing eagerly).
+
+    The variable goes into `SHARD_VARIABLES_COLLECTION` and is registered as a shared resource, so that the
+    default `tf.compat.v1.train.Scaffold` initialises it (`init_op`) and reports it when uninitialised
+    (`ready_op`). It must not be in `GLOBAL_VARIABLES`: the logical tensor is saved instead.
+
+    Args:
+      variable: A resource variable created with `collections=[]` (or any collections but GLOBAL_VARIABLES).
+    """
+    if tf.executing_eagerly():
+        return
+    graph = variable.graph
+    with graph.as_default():
+        graph.add_to_collection(SHARD_VARIABLES_COLLECTION, variable)
+        _resources.register_resource(variable.handle, variable.initializer, variable.is_initialized())
+
+
+def shard_variables(graph: Optional[tf.Graph] = None) -> List[tf.Variable]:
+    """Returns the registered physical shard variables of `graph` (default: current graph)."""
+    graph = graph or tf.compat.v1.get_default_graph()
+    return list(graph.get_collection(SHARD_VARIABLES_COLLECTION))
+
+
+def initializer_op(graph: Optional[tf.Graph] = None) -> tf.Operation:
+    """Returns an op initialising every registered shard variable of `graph` (TF1 graphs).
+
+    `tf.compat.v1.global_variables_initializer()` does not cover shard variables; the Estimator's default
+    Scaffold does (shared resources). Plain `Session` users run this op as well.
+    """
+    graph = graph or tf.compat.v1.get_default_graph()
+    with graph.as_default():
+        return tf.group(*[v.initializer for v in shard_variables(graph)], name="embedding_shards_initializer")
+
+
+class _LogicalSaveable(_saveable_object.SaveableObject):
+    """TF1 SaveableObject saving a LogicalTensor as one full tensor under `name`."""
+
+    def __init__(self, logical: "LogicalTensor", name: str):
+        spec = _saveable_object.SaveSpec(
+            logical.read, "", name, dtype=logical.dtype, device=logical.host_device)
+        super().__init__(logical, [spec], name)
+        self._logical = logical
+
+    def restore(self, restored_tensors, restored_shapes):
+        del restored_shapes  # The logical shape is fixed; checked in assign().
+        return self._logical.assign(restored_tensors[0])
+
+
+class LogicalTensor(_trackable_base.Trackable):
+    """A full `[rows, dim]` tensor stored as shard variables, saved in the logical layout.
+
+    Args:
+      key: Checkpoint key of the full tensor (TF1 Saver key; `tf.train.Checkpoint` child name chosen by the
+        owner).
+      shards: The shard variables, in shard order.
+      shape: Logical shape `[rows, dim]`.
+      assemble: `assemble(list of shard tensors) -> full tensor`.
+      split: `split(full tensor) -> list of shard tensors`.
+      host_device: Device on which the full tensor is assembled / split (a host CPU), or "".
+    """
+
+    def __init__(self, key: str, shards: Sequence[tf.Variable], shape: Sequence[int],
+                 assemble: Callable[[List[tf.Tensor]], tf.Tensor],
+                 split: Callable[[tf.Tensor], List[tf.Tensor]], host_device: str = ""):
+        self.key = key
+        self.shards = list(shards)
+        self.shape = tf.TensorShape(shape)
+        self.dtype = self.shards[0].dtype
+        self.host_device = host_device or ""
+        self._assemble = assemble
+        self._split = split
+
+    def read(self) -> tf.Tensor:
+        """Returns the full logical tensor (assembled on the host device)."""
+        with tf.device(self.host_device):
+            return self._assemble([s.read_value() for s in self.shards])
+
+    def assign(self, full) -> Optional[tf.Operation]:
+        """Assigns a full logical tensor to the shards. Returns an op in graph mode.
+
+        Raises:
+          ValueError: if the static shape of `full` is not the logical shape.
+        """
+        full = tf.convert_to_tensor(full, dtype=self.dtype)
+        if not full.shape.is_compatible_with(self.shape):
+            raise ValueError(
+                f"Cannot restore '{self.key}': checkpoint tensor has shape {full.shape}, expected {self.shape}.")
+        with tf.device(self.host_device):
+            full = tf.ensure_shape(full, self.shape)
+            parts = self._split(full)
+        ops = []
+        for var, part in zip(self.shards, parts):
+            with tf.device(var.device):
+                ops.append(var.assign(part, read_value=False))
+        if tf.executing_eagerly():
+            return None
+        return tf.group(*ops)
+
+    # TF1 tf.compat.v1.train.Saver.
+    def saveable(self) -> _saveable_object.SaveableObject:
+        """Returns a TF1 SaveableObject saving the full tensor under `self.key`."""
+        return _LogicalSaveable(self, self.key)
+
+    # TF2 tf.train.Checkpoint.
+    def _serialize_to_tensors(self):
+        return {VARIABLE_VALUE_KEY: self.read()}
+
+    def _restore_from_tensors(self, restored_tensors):
+        return self.assign(restored_tensors[VARIABLE_VALUE_KEY])
+
+    def _gather_saveables_for_checkpoint(self):
+        # TF1 Saver given this object directly in var_list: save under the exact key.
+        return {VARIABLE_VALUE_KEY: lambda name=None: _LogicalSaveable(self, self.key)}
+
+
+def add_saveables_to_graph(saveables: Sequence[_saveable_object.SaveableObject]) -> None:
+    """Adds saveables to the current graph's SAVEABLE_OBJECTS collection (no-op eagerly).
+
+    The default `tf.compat.v1.train.Saver()` (and the Estimator's Scaffold saver) then saves them.
+    """
+    if tf.executing_eagerly():
+        return
+    for s in saveables:
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, s)

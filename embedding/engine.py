@@ -1,0 +1,263 @@
+"""The embedding engine: sharded tables, deduplicated lookups and one optimizer step per unique id.
+
+One training step of the engine:
+
+1. `preprocess(features, weights)`: per table, the ids of every feature sharing it, deduplicated, plus a combine
+   plan per feature (`embedding.preprocessing`).
+2. `activations(batches)`: per table ONE lookup of its unique ids (one gather per shard), then each feature's
+   rows are combined (`embedding.combiners`) into activations shaped like `feature_config`.
+3. `apply_gradients(batches, activation_grads)`: per feature, the activation gradient is mapped back onto the
+   table's unique ids; the features sharing a table are SUMMED; then ONE optimizer application per table (one
+   sparse update per shard and variable). Non-finite gradients and tables without optimizer are errors raised
+   before any table changes.
+
+The engine is independent of estimators and works eagerly, in `tf.function` and in TF1 graphs / sessions
+(including `tf.compat.v1.while_loop` bodies).
+"""
+
+import collections
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import tensorflow as tf
+
+from embedding import checkpointing
+from embedding import combiners
+from embedding import config as config_lib
+from embedding import preprocessing
+from embedding.sharded_table import ShardedTable
+
+
+class EmbeddingEngine(tf.Module):
+    """Sharded embedding tables for a structure of features, with TPU embedding semantics.
+
+    Args:
+      feature_config: A nest of `FeatureConfig` (ours or upstream's; converted). Tables are resolved as
+        upstream does: unnamed tables are named `table_{i}`, tables without an optimizer get `optimizer`.
+      optimizer: Global embedding optimizer (anything `embedding.optimizers.to_optimizer` accepts) or None.
+      num_shards: Shards per table.
+      devices: Device of each shard (shard k on `devices[k % len(devices)]`), or None.
+      partition_strategy: 'div' or 'mod'.
+      checkpoint_names: Optional `{table_name: checkpoint key}` (default: the table name).
+      slot_checkpoint_names: Optional `{table_name: {slot: checkpoint key}}` (default `{key}/{slot}`).
+      register_in_graph: See `ShardedTable`.
+
+    Raises:
+      ValueError: bad configs, duplicate table names or checkpoint keys.
+    """
+
+    def __init__(self, feature_config: Any, optimizer: Any = None, num_shards: int = 1,
+                 devices: Optional[Sequence[Any]] = None, partition_strategy: str = "div",
+                 checkpoint_names: Optional[Mapping[str, str]] = None,
+                 slot_checkpoint_names: Optional[Mapping[str, Mapping[str, str]]] = None,
+                 register_in_graph: bool = True):
+        super().__init__(name=None)
+        resolved = config_lib.resolve_feature_config(feature_config)
+        if isinstance(feature_config, list) and \
+                all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in feature_config):
+            # Already resolved pairs: the structure is the flat list of features.
+            structure = [f for _, f in resolved]
+        else:
+            structure = tf.nest.pack_sequence_as(feature_config, [f for _, f in resolved])
+        # Plain attribute (no tf.Module wrapping of dicts/lists: the nest must stay as given).
+        object.__setattr__(self, "_feature_config", structure)
+        table_configs = config_lib.resolve_tables(resolved, optimizer)
+        self._feature_keys = [key for key, _ in preprocessing.feature_paths(structure)]
+        checkpoint_names = dict(checkpoint_names or {})
+        slot_checkpoint_names = dict(slot_checkpoint_names or {})
+        self._table_configs = collections.OrderedDict((t.name, t) for t in table_configs)
+        tables = collections.OrderedDict()
+        for name, table in self._table_configs.items():
+            tables[name] = ShardedTable(
+                table, table.optimizer, num_shards=num_shards, devices=devices,
+                partition_strategy=partition_strategy, name=name,
+                checkpoint_name=checkpoint_names.get(name), slot_checkpoint_names=slot_checkpoint_names.get(name),
+                register_in_graph=register_in_graph)
+        self._tables = tables
+        self._features_of_table = collections.OrderedDict((n, []) for n in tables)
+        for key, feature in preprocessing.feature_paths(structure):
+            self._features_of_table[feature.table.name].append(key)
+        seen = {}
+        for name, table in tables.items():
+            for key in table.logical_tensors():
+                if key in seen:
+                    raise ValueError(f"Checkpoint key {key!r} is used by tables {seen[key]!r} and {name!r}.")
+                seen[key] = name
+
+    # ------------------------------------------------------------------------------------------- properties
+    @property
+    def feature_config(self) -> Any:
+        """The feature structure (our FeatureConfig objects)."""
+        return self._feature_config
+
+    @property
+    def tables(self) -> "collections.OrderedDict[str, ShardedTable]":
+        """`{table_name: ShardedTable}` in table order."""
+        return collections.OrderedDict(self._tables)
+
+    @property
+    def table_configs(self) -> "collections.OrderedDict[str, Any]":
+        """`{table_name: TableConfig}` in table order."""
+        return collections.OrderedDict(self._table_configs)
+
+    @property
+    def feature_keys(self) -> List[str]:
+        """Feature keys (as `preprocessing.feature_paths`) in `tf.nest.flatten` order."""
+        return list(self._feature_keys)
+
+    @property
+    def initializer(self) -> Optional[tf.Operation]:
+        """Op initialising every table and slot shard (TF1 graphs); None eagerly."""
+        if tf.executing_eagerly():
+            return None
+        return tf.group(*[t.initializer for t in self._tables.values()])
+
+    # ------------------------------------------------------------------------------------------------- step
+    def preprocess(self, features: Any, weights: Any = None, validate: bool = True
+                   ) -> "collections.OrderedDict[str, preprocessing.TableBatch]":
+        """Deduplicated per-table batches of one step (see `preprocessing.preprocess_features`).
+
+        Args:
+          features: A nest like `feature_config` of dense / sparse / ragged int ids.
+          weights: None or a matching nest of weights (None entries allowed).
+          validate: Attach run-time checks (ids in range, weights >= 0) naming the feature.
+
+        Returns:
+          `{table_name: TableBatch}`.
+        """
+        return preprocessing.preprocess_features(features, self._feature_config, weights, validate=validate)
+
+    def activations(self, batches: Mapping[str, Any]) -> Any:
+        """Activations of every feature: one lookup per table, then combining per feature.
+
+        Args:
+          batches: The output of `preprocess`.
+
+        Returns:
+          A nest like `feature_config` of float32 activations `output_shape + [dim]`.
+        """
+        acts: Dict[str, tf.Tensor] = {}
+        for name, table in self._tables.items():
+            batch = self._batch(batches, name)
+            rows = table.lookup(batch.unique_ids)
+            acts.update(combiners.combine_table(rows, batch, self._table_configs[name].quantization_config))
+        return tf.nest.pack_sequence_as(self._feature_config, [acts[k] for k in self._feature_keys])
+
+    def __call__(self, features: Any, weights: Any = None) -> Any:
+        """`activations(preprocess(features, weights))`."""
+        return self.activations(self.preprocess(features, weights))
+
+    def table_gradients(self, batches: Mapping[str, Any], activation_grads: Any
+                        ) -> "collections.OrderedDict[str, tf.Tensor]":
+        """Per table, the gradient `[U, dim]` of its unique ids, summed over the features sharing it.
+
+        Args:
+          batches: The output of `preprocess`.
+          activation_grads: A nest like `feature_config`; None entries mean zero gradient.
+
+        Raises:
+          ValueError / TypeError: structure or static shape mismatch (naming the feature path).
+        """
+        flat = self._flatten_grads(activation_grads)
+        out = collections.OrderedDict()
+        for name, table in self._tables.items():
+            batch = self._batch(batches, name)
+            total = None
+            for key in self._features_of_table[name]:
+                grad = flat[key]
+                if grad is None:
+                    continue
+                segments = batch.features[key]
+                grad = tf.convert_to_tensor(grad, dtype=tf.float32)
+                expected = segments.static_output_shape.concatenate([table.dim])
+                if not grad.shape.is_compatible_with(expected):
+                    raise ValueError(f"Found gradient of shape {grad.shape} at path {key}. Expected shape "
+                                     f"{expected}.")
+                contribution = combiners.backprop(grad, segments, batch.num_unique)
+                total = contribution if total is None else total + contribution
+            if total is None:
+                total = tf.zeros(tf.stack([batch.num_unique, table.dim]), tf.float32)
+            out[name] = total
+        return out
+
+    def apply_gradients(self, batches: Mapping[str, Any], activation_grads: Any,
+                        learning_rate_override: Any = None, gradient_multiplier: Any = None,
+                        check_numerics: bool = True) -> Optional[tf.Operation]:
+        """Applies the embedding optimizers: ONE application per table per step.
+
+        Args:
+          batches: The output of `preprocess` for this step.
+          activation_grads: Gradients of the loss w.r.t. `activations(batches)`, a nest like `feature_config`;
+            None entries mean zero gradient (lazy optimizers then still update the looked-up rows' state).
+          learning_rate_override: Scalar used for every table instead of the optimizers' learning rates.
+          gradient_multiplier: Optional scalar multiplying every table gradient.
+          check_numerics: Raise InvalidArgumentError naming the table on NaN/Inf gradients, before any update.
+
+        Returns:
+          The update op in graph mode; None eagerly (the update has run).
+
+        Raises:
+          ValueError: a table has no optimizer (naming it), or gradient structure/shape mismatch.
+        """
+        missing = [name for name, t in self._tables.items() if t.optimizer is None]
+        if missing:
+            raise ValueError(f"Cannot train embedding tables {missing}: they have no optimizer. Give the "
+                             f"TableConfig an optimizer or pass a global optimizer.")
+        with tf.name_scope("embedding_apply_gradients"):
+            grads = self.table_gradients(batches, activation_grads)
+            if gradient_multiplier is not None:
+                multiplier = tf.cast(gradient_multiplier, tf.float32)
+                grads = collections.OrderedDict((n, g * multiplier) for n, g in grads.items())
+            # Every table update waits for every check (id validation travels with unique_ids), so a bad
+            # input for one table leaves all tables unchanged.
+            gates: List[Any] = [self._batch(batches, n).unique_ids for n in self._tables]
+            if check_numerics:
+                for name, g in grads.items():
+                    features = ", ".join(repr(k) for k in self._features_of_table[name])
+                    grads[name] = tf.debugging.check_numerics(
+                        g, f"Non-finite embedding gradient for table '{name}' (features {features})")
+            gates.extend(grads.values())
+            ops = []
+            with tf.control_dependencies(gates if not tf.executing_eagerly() else None):
+                for name, table in self._tables.items():
+                    batch = self._batch(batches, name)
+                    ops.append(table.apply_gradients(batch.unique_ids, grads[name], learning_rate_override))
+            if tf.executing_eagerly():
+                return None
+            return tf.group(*[op for op in ops if op is not None])
+
+    # ------------------------------------------------------------------------------------------- helpers
+    def _batch(self, batches: Mapping[str, Any], name: str) -> Any:
+        try:
+            return batches[name]
+        except KeyError:
+            raise ValueError(f"No preprocessed batch for table '{name}'; pass the output of preprocess().") \
+                from None
+
+    def _flatten_grads(self, activation_grads: Any) -> Dict[str, Any]:
+        try:
+            tf.nest.assert_same_structure(self._feature_config, activation_grads, check_types=False)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"activation gradients must have the structure of feature_config: {e}") from None
+        flat = tf.nest.flatten(activation_grads)
+        return dict(zip(self._feature_keys, flat))
+
+    # ---------------------------------------------------------------------------------- logical layout
+    def logical_tensors(self) -> Dict[str, checkpointing.LogicalTensor]:
+        """Checkpoint key -> LogicalTensor over all tables (table, then its slots)."""
+        out = {}
+        for table in self._tables.values():
+            out.update(table.logical_tensors())
+        return out
+
+    def saveables(self) -> list:
+        """TF1 SaveableObjects of every table and slot (logical layout)."""
+        return [s for t in self._tables.values() for s in t.saveables()]
+
+    def shard_variables(self) -> List[tf.Variable]:
+        """All physical shard variables (to exclude from a TF1 Saver var_list)."""
+        return [v for t in self._tables.values() for v in t.shard_variables()]
+
+    def _trackable_children(self, save_type=None, **kwargs):
+        # Upstream TPUEmbedding layout: children `{table}` and `{table}/{slot}` of this object.
+        del save_type, kwargs
+        return self.logical_tensors()

@@ -1,0 +1,441 @@
+"""One embedding table and its optimizer slots, split into shard variables placed on devices.
+
+Row placement (`ShardLayout`):
+
+- 'div': shard k holds a contiguous range of rows; the first `vocabulary_size % num_shards` shards hold one row
+  more than the others (the layout of `tf.nn.embedding_lookup(partition_strategy='div')`).
+- 'mod': shard k holds rows k, k + n, k + 2n, ... (local row = id // n).
+
+Per step, a table costs one gather (lookup) and one sparse update per shard and per variable, proportional to the
+number of unique ids of the batch, never to the vocabulary (except Adam with `lazy_adam=False`, whose rule
+touches every row by definition).
+
+Checkpoints hold the logical, unsharded layout (see `embedding.checkpointing`), so a checkpoint written with any
+number of shards and either strategy restores into any other.
+"""
+
+import inspect
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+
+from embedding import checkpointing
+from embedding import preprocessing
+
+PARTITION_STRATEGIES = ("div", "mod")
+
+DeviceLike = Optional[Union[str, tf.DeviceSpec]]
+
+
+class ShardLayout:
+    """Which global rows each shard holds.
+
+    Args:
+      vocabulary_size: Number of rows of the logical table.
+      num_shards: Number of shards (>= 1).
+      strategy: 'div' or 'mod'.
+    """
+
+    def __init__(self, vocabulary_size: int, num_shards: int, strategy: str = "div"):
+        if int(vocabulary_size) < 1:
+            raise ValueError(f"vocabulary_size must be >= 1, got {vocabulary_size}.")
+        self.sizes = preprocessing.shard_sizes(int(vocabulary_size), int(num_shards), strategy)
+        self.vocabulary_size = int(vocabulary_size)
+        self.num_shards = int(num_shards)
+        self.strategy = strategy
+        self.offsets = [int(x) for x in np.cumsum([0] + self.sizes[:-1])]
+
+    def row_ids(self, k: int) -> np.ndarray:
+        """Global row ids held by shard k, in local row order (int64 NumPy array)."""
+        if self.strategy == "div":
+            return np.arange(self.offsets[k], self.offsets[k] + self.sizes[k], dtype=np.int64)
+        return np.arange(k, self.vocabulary_size, self.num_shards, dtype=np.int64)
+
+    def assemble(self, parts: Sequence[tf.Tensor]) -> tf.Tensor:
+        """Full logical tensor from the shard tensors."""
+        if self.num_shards == 1:
+            return tf.identity(parts[0])
+        if self.strategy == "div":
+            return tf.concat(list(parts), axis=0)
+        indices = [tf.range(k, self.vocabulary_size, self.num_shards) for k in range(self.num_shards)]
+        return tf.dynamic_stitch(indices, list(parts))
+
+    def split(self, full: tf.Tensor) -> List[tf.Tensor]:
+        """Shard tensors from the full logical tensor."""
+        if self.num_shards == 1:
+            return [full]
+        if self.strategy == "div":
+            return tf.split(full, self.sizes, axis=0)
+        return [full[k::self.num_shards] for k in range(self.num_shards)]
+
+    def split_numpy(self, full: np.ndarray) -> List[np.ndarray]:
+        """NumPy version of `split` (views, no copy for 'div')."""
+        if self.strategy == "div":
+            return [full[o:o + s] for o, s in zip(self.offsets, self.sizes)]
+        return [full[k::self.num_shards] for k in range(self.num_shards)]
+
+
+def _partition_ids(unique_ids: tf.Tensor, layout: ShardLayout):
+    """(shard int32 [U], local row int64 [U]) using the shared preprocessing partitioner."""
+    shard, local = preprocessing.partition_ids(
+        unique_ids, layout.num_shards, layout.vocabulary_size, layout.strategy)
+    return tf.cast(shard, tf.int32), tf.cast(local, tf.int64)
+
+
+def _call_params(fn: Callable) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def _constant_value(initializer: Any):
+    """The value of a `tf.constant_initializer`-style initializer, or None."""
+    if "Constant" in type(initializer).__name__:  # tf.constant_initializer, keras Constant, v1 Constant.
+        return getattr(initializer, "value", None)
+    return None
+
+
+def make_shard_initial_value(initializer: Callable, layout: ShardLayout, k: int, dim: int,
+                             dtype: tf.DType = tf.float32) -> Callable[[], tf.Tensor]:
+    """Returns a zero-argument callable building the initial value of shard k only.
+
+    Supported initializers, in order:
+    - one accepting a `row_ids` keyword: called as `initializer([rows, dim], dtype, row_ids=<int64 global ids>)`
+      (any strategy; for row-id dependent initializers);
+    - one accepting a `shard_info` keyword (`tf.train`-style ShardInfo(shape, offset)): 'div' (or 1 shard) only;
+    - `embedding.config.RowIdInitializer` (row i -> i + offset): evaluated on the shard's global rows;
+    - a constant initializer holding a full `[vocabulary_size, dim]` value: the shard's rows are sliced from it;
+    - any other `initializer(shape, dtype)` (random or scalar-constant initializers), called with the shard shape.
+    """
+    shape = [layout.sizes[k], dim]
+    params = _call_params(initializer)
+    if "row_ids" in params:
+        row_ids = layout.row_ids(k)
+        return lambda: initializer(shape, dtype=dtype, row_ids=tf.constant(row_ids, tf.int64))
+    if "shard_info" in params:
+        if layout.strategy != "div" and layout.num_shards > 1:
+            raise ValueError(
+                "An initializer taking `shard_info` (a contiguous offset) cannot initialise 'mod' shards; give it "
+                "a `row_ids` keyword argument instead.")
+        from tensorflow.python.trackable import base as trackable_base  # pylint: disable=import-outside-toplevel
+        info = trackable_base.ShardInfo(shape, (layout.offsets[k], 0))
+        return lambda: initializer(shape, dtype=dtype, shard_info=info)
+    if type(initializer).__name__ == "RowIdInitializer" and isinstance(getattr(initializer, "offset", None), int):
+        # embedding.config.RowIdInitializer (row i -> i + offset) takes no row ids yet: evaluate it per shard.
+        values = layout.row_ids(k) + initializer.offset
+        return lambda: tf.cast(tf.constant(values), dtype)[:, None] * tf.ones(shape, dtype)
+    value = _constant_value(initializer)
+    if value is not None and np.ndim(value) == 2:
+        full = np.asarray(value)
+        if full.shape != (layout.vocabulary_size, dim):
+            raise ValueError(f"Constant initializer has shape {full.shape}, expected "
+                             f"{(layout.vocabulary_size, dim)}.")
+        part = layout.split_numpy(full)[k]
+        return lambda: tf.constant(part, dtype=dtype)
+    return lambda: initializer(shape, dtype=dtype)
+
+
+def _host_device(device: DeviceLike) -> str:
+    """CPU:0 of the task holding `device` ('' when unplaced)."""
+    if not device:
+        return ""
+    spec = tf.DeviceSpec.from_string(device) if isinstance(device, str) else device
+    if spec.device_type is None and spec.job is None and spec.task is None:
+        return ""
+    return spec.replace(device_type="CPU", device_index=0).to_string()
+
+
+def _scatter_update(var: tf.Variable, indices: tf.Tensor, values: tf.Tensor):
+    return tf.raw_ops.ResourceScatterUpdate(resource=var.handle, indices=indices, updates=values)
+
+
+class ShardedTable(tf.Module):
+    """An embedding table and its optimizer slots, as `num_shards` resource variables each.
+
+    Args:
+      table_config: A TableConfig (`vocabulary_size`, `dim`, `initializer`, `name`).
+      optimizer: The table's embedding optimizer (see `embedding.optimizers`) or None (no slots; inference only).
+      num_shards: Number of shards.
+      devices: Devices of the shards (shard k on `devices[k % len(devices)]`); None leaves placement to TF.
+      partition_strategy: 'div' or 'mod'.
+      name: Table name; defaults to `table_config.name`.
+      checkpoint_name: Checkpoint key of the table (TF1 Saver key and `tf.train.Checkpoint` child name);
+        defaults to the table name.
+      slot_checkpoint_names: Optional mapping slot name -> checkpoint key; defaults to `{checkpoint_name}/{slot}`.
+      register_in_graph: In a TF1 graph, register the shards as shared resources (initialised by the Scaffold,
+        not in GLOBAL_VARIABLES) and add the logical saveables to SAVEABLE_OBJECTS, so that the default
+        `tf.compat.v1.train.Saver()` writes the logical layout. Set False to manage this yourself with
+        `saveables()` / `shard_variables()`.
+
+    The object must be created outside `tf.function` bodies and outside distribution-strategy scopes. In a TF1
+    graph, run `initializer` (or `embedding.checkpointing.initializer_op()`, or the default Scaffold init op):
+    `tf.compat.v1.global_variables_initializer()` does not cover the shards.
+    """
+
+    def __init__(self, table_config: Any, optimizer: Any, num_shards: int = 1,
+                 devices: Optional[Sequence[DeviceLike]] = None, partition_strategy: str = "div",
+                 name: Optional[str] = None, checkpoint_name: Optional[str] = None,
+                 slot_checkpoint_names: Optional[Mapping[str, str]] = None, register_in_graph: bool = True):
+        table_name = name or getattr(table_config, "name", None)
+        if not table_name:
+            raise ValueError("ShardedTable needs a name (table_config.name or name=).")
+        super().__init__(name=None)
+        self._table_name = table_name
+        self._table_config = table_config
+        self._optimizer = optimizer
+        self._dim = int(table_config.dim)
+        self._layout = ShardLayout(table_config.vocabulary_size, num_shards, partition_strategy)
+        devices = list(devices) if devices else [None]
+        self._devices = [devices[k % len(devices)] for k in range(self._layout.num_shards)]
+        self._host_device = _host_device(self._devices[0])
+        self._slot_names = list(optimizer.slot_names()) if optimizer is not None else []
+        self.checkpoint_name = checkpoint_name or table_name
+        slot_checkpoint_names = dict(slot_checkpoint_names or {})
+        unknown = set(slot_checkpoint_names) - set(self._slot_names)
+        if unknown:
+            raise ValueError(f"Table '{table_name}': slot_checkpoint_names has unknown slots {sorted(unknown)}; "
+                             f"slots are {self._slot_names}.")
+        self.slot_checkpoint_names = {
+            s: slot_checkpoint_names.get(s, f"{self.checkpoint_name}/{s}") for s in self._slot_names}
+
+        initializer = getattr(table_config, "initializer", None)
+        if initializer is None:
+            initializer = tf.initializers.TruncatedNormal(0.0, 1.0 / np.sqrt(self._dim))
+        self._shards = self._create_shards("shard", initializer)
+        self._slot_shards = {}
+        if optimizer is not None:
+            for slot, slot_init in zip(self._slot_names, optimizer.slot_initializers()):
+                self._slot_shards[slot] = self._create_shards(f"{slot}/shard", slot_init)
+
+        assemble, split = self._layout.assemble, self._layout.split
+        self._logical = {self.checkpoint_name: checkpointing.LogicalTensor(
+            self.checkpoint_name, self._shards, [self.vocabulary_size, self._dim], assemble, split,
+            self._host_device)}
+        for slot in self._slot_names:
+            key = self.slot_checkpoint_names[slot]
+            self._logical[key] = checkpointing.LogicalTensor(
+                key, self._slot_shards[slot], [self.vocabulary_size, self._dim], assemble, split,
+                self._host_device)
+        if register_in_graph and not tf.executing_eagerly():
+            for v in self.shard_variables():
+                checkpointing.register_shard_variable(v)
+            with self._shards[0].graph.as_default():
+                checkpointing.add_saveables_to_graph(self.saveables())
+
+    # ----------------------------------------------------------------------------------------------- creation
+    def _create_shards(self, prefix: str, initializer: Callable) -> List[tf.Variable]:
+        shards = []
+        with tf.init_scope():
+            with tf.name_scope(self._table_name + "/"):
+                for k in range(self._layout.num_shards):
+                    init = make_shard_initial_value(initializer, self._layout, k, self._dim)
+                    with tf.device(self._devices[k]):
+                        shards.append(tf.compat.v1.Variable(
+                            initial_value=init, trainable=False, name=f"{prefix}_{k}", dtype=tf.float32,
+                            use_resource=True, collections=[]))
+        return shards
+
+    # --------------------------------------------------------------------------------------------- properties
+    @property
+    def name(self) -> str:
+        """Table name."""
+        return self._table_name
+
+    @property
+    def table_config(self) -> Any:
+        return self._table_config
+
+    @property
+    def optimizer(self) -> Any:
+        return self._optimizer
+
+    @property
+    def vocabulary_size(self) -> int:
+        return self._layout.vocabulary_size
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def num_shards(self) -> int:
+        return self._layout.num_shards
+
+    @property
+    def partition_strategy(self) -> str:
+        return self._layout.strategy
+
+    @property
+    def layout(self) -> ShardLayout:
+        return self._layout
+
+    @property
+    def devices(self) -> List[DeviceLike]:
+        """Device of each shard."""
+        return list(self._devices)
+
+    @property
+    def slot_names(self) -> List[str]:
+        return list(self._slot_names)
+
+    @property
+    def shards(self) -> List[tf.Variable]:
+        """The parameter shard variables, in shard order."""
+        return list(self._shards)
+
+    def slot_shards(self, slot: str) -> List[tf.Variable]:
+        """The shard variables of optimizer slot `slot`."""
+        return list(self._slot_shards[self._check_slot(slot)])
+
+    def shard_variables(self) -> List[tf.Variable]:
+        """All physical variables (parameters, then slots): exclude them from a TF1 Saver's var_list."""
+        out = list(self._shards)
+        for slot in self._slot_names:
+            out.extend(self._slot_shards[slot])
+        return out
+
+    @property
+    def initializer(self) -> Optional[tf.Operation]:
+        """Op initialising every shard variable (TF1 graphs); None when executing eagerly."""
+        if tf.executing_eagerly():
+            return None
+        return tf.group(*[v.initializer for v in self.shard_variables()])
+
+    def _check_slot(self, slot: str) -> str:
+        if slot not in self._slot_shards:
+            raise KeyError(f"Table '{self._table_name}' has no slot {slot!r}; slots: {self._slot_names}.")
+        return slot
+
+    # ------------------------------------------------------------------------------------------ lookup/apply
+    def _split_by_shard(self, unique_ids: tf.Tensor, *values: tf.Tensor):
+        """[(local ids, values...)] per shard, and the per-shard positions in the input (None for 1 shard)."""
+        n = self._layout.num_shards
+        if n == 1:
+            return [(unique_ids,) + tuple(values)], None
+        shard, local = _partition_ids(unique_ids, self._layout)
+        positions = tf.range(tf.size(unique_ids, out_type=tf.int32))
+        parts = [tf.dynamic_partition(t, shard, n) for t in (local,) + tuple(values)]
+        pos_parts = tf.dynamic_partition(positions, shard, n)
+        return [tuple(p[k] for p in parts) for k in range(n)], pos_parts
+
+    def lookup(self, unique_ids) -> tf.Tensor:
+        """Rows of the given ids: one gather per shard on its device.
+
+        Args:
+          unique_ids: int `[U]` ids (unique ids of a batch; duplicates are allowed but cost extra rows).
+
+        Returns:
+          float32 `[U, dim]`.
+        """
+        ids = tf.cast(tf.convert_to_tensor(unique_ids), tf.int64)
+        with tf.name_scope(f"{self._table_name}_lookup"):
+            parts, positions = self._split_by_shard(ids)
+            rows = []
+            for k, (local,) in enumerate(parts):
+                with tf.device(self._devices[k]):
+                    rows.append(tf.gather(self._shards[k], local))
+            if positions is None:
+                return rows[0]
+            out = tf.dynamic_stitch(positions, rows)
+            out.set_shape([ids.shape[0], self._dim])
+            return out
+
+    def apply_gradients(self, unique_ids, grads, learning_rate=None) -> Optional[tf.Operation]:
+        """Applies the optimizer to the rows of `unique_ids`.
+
+        Args:
+          unique_ids: int `[U]` UNIQUE ids.
+          grads: float `[U, dim]` gradients, already accumulated per unique id.
+          learning_rate: Scalar; default `optimizer.learning_rate_tensor()`.
+
+        Returns:
+          The update op in graph mode (None when executing eagerly, where it has run).
+
+        Raises:
+          ValueError: if the table has no optimizer.
+        """
+        if self._optimizer is None:
+            raise ValueError(f"Table '{self._table_name}' has no optimizer: pass an optimizer to the table config "
+                             f"or a global one to train it.")
+        opt = self._optimizer
+        ids = tf.cast(tf.convert_to_tensor(unique_ids), tf.int64)
+        grads = tf.convert_to_tensor(grads, dtype=tf.float32)
+        with tf.name_scope(f"{self._table_name}_apply"):
+            lr = opt.learning_rate_tensor() if learning_rate is None else learning_rate
+            lr = tf.cast(tf.convert_to_tensor(lr), tf.float32)
+            parts, _ = self._split_by_shard(ids, grads)
+            ops = []
+            lazy = bool(getattr(opt, "lazy", True))
+            for k, (local, g) in enumerate(parts):
+                with tf.device(self._devices[k]):
+                    if lazy:
+                        ops.extend(self._apply_rows(k, local, g, lr))
+                    else:
+                        ops.extend(self._apply_dense(k, local, g, lr))
+            if tf.executing_eagerly():
+                return None
+            return tf.group(*ops)
+
+    def _slot_vars(self, k: int) -> Dict[str, tf.Variable]:
+        return {s: self._slot_shards[s][k] for s in self._slot_names}
+
+    def _apply_rows(self, k: int, local: tf.Tensor, g: tf.Tensor, lr: tf.Tensor) -> list:
+        """Lazy update of the touched rows of shard k: gather, pure rule, scatter."""
+        var, slot_vars = self._shards[k], self._slot_vars(k)
+        supports_fused = getattr(self._optimizer, "supports_fused_sparse_apply", None)
+        if supports_fused is not None and supports_fused():
+            op = self._optimizer.fused_sparse_apply(var, slot_vars, local, g, lr)
+            if op is not None:  # None: the fused path did not apply and nothing ran.
+                return [op]
+        rows = tf.gather(var, local)
+        slot_rows = {s: tf.gather(v, local) for s, v in slot_vars.items()}
+        new_rows, new_slots = self._optimizer.apply_rows(rows, slot_rows, g, lr)
+        # All reads before any write (TF1 graphs have no automatic control dependencies).
+        with tf.control_dependencies([rows] + list(slot_rows.values())):
+            ops = [_scatter_update(var, local, new_rows)]
+            ops += [_scatter_update(v, local, new_slots[s]) for s, v in slot_vars.items()]
+        return ops
+
+    def _apply_dense(self, k: int, local: tf.Tensor, g: tf.Tensor, lr: tf.Tensor) -> list:
+        """Non-lazy update of the whole shard k (zero gradient on untouched rows)."""
+        var, slot_vars = self._shards[k], self._slot_vars(k)
+        dense_g = tf.scatter_nd(local[:, None], g, [self._layout.sizes[k], self._dim])
+        params = var.read_value()
+        slots = {s: v.read_value() for s, v in slot_vars.items()}
+        new_params, new_slots = self._optimizer.apply_rows(params, slots, dense_g, lr)
+        with tf.control_dependencies([params] + list(slots.values())):
+            ops = [var.assign(new_params, read_value=False)]
+            ops += [v.assign(new_slots[s], read_value=False) for s, v in slot_vars.items()]
+        return ops
+
+    # ---------------------------------------------------------------------------------------- logical layout
+    def logical_tensors(self) -> Dict[str, checkpointing.LogicalTensor]:
+        """Checkpoint key -> LogicalTensor (the table first, then its slots)."""
+        return dict(self._logical)
+
+    def read_full_table(self) -> tf.Tensor:
+        """The full logical table `[vocabulary_size, dim]` (e.g. for serving export)."""
+        return self._logical[self.checkpoint_name].read()
+
+    def read_full_slot(self, slot: str) -> tf.Tensor:
+        """The full logical slot `[vocabulary_size, dim]`."""
+        return self._logical[self.slot_checkpoint_names[self._check_slot(slot)]].read()
+
+    def assign_full_table(self, value) -> Optional[tf.Operation]:
+        """Assigns a full logical table (split onto the shards)."""
+        return self._logical[self.checkpoint_name].assign(value)
+
+    def assign_full_slot(self, slot: str, value) -> Optional[tf.Operation]:
+        """Assigns a full logical slot."""
+        return self._logical[self.slot_checkpoint_names[self._check_slot(slot)]].assign(value)
+
+    def saveables(self) -> list:
+        """TF1 SaveableObjects writing the table and each slot under their checkpoint keys."""
+        return [t.saveable() for t in self._logical.values()]
+
+    def _trackable_children(self, save_type=None, **kwargs):
+        # tf.train.Checkpoint: only the logical tensors, never the physical shards.
+        del save_type, kwargs
+        return dict(self._logical)
