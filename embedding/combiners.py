@@ -8,9 +8,14 @@ from typing import Any, Optional, Union
 
 import tensorflow as tf
 
+# Pure TensorFlow ops without data-dependent Python control flow: AutoGraph conversion would only cost
+# seconds of tracing time in users' tf.functions.
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
 __all__ = ['combine', 'combine_table', 'backprop', 'quantize']
 
 
+@_do_not_convert
 def quantize(rows: tf.Tensor, quantization_config: Any) -> tf.Tensor:
   """Simulated quantization of looked-up rows, as upstream's `QuantizationConfig`.
 
@@ -41,6 +46,7 @@ def _dim(rows: tf.Tensor) -> Union[int, tf.Tensor]:
   return int(static) if static is not None else tf.shape(rows)[-1]
 
 
+@_do_not_convert
 def combine(rows: tf.Tensor, segments: Any, quantization_config: Any = None) -> tf.Tensor:
   """Combines the looked-up unique rows of a table into one feature's activations.
 
@@ -62,6 +68,7 @@ def combine(rows: tf.Tensor, segments: Any, quantization_config: Any = None) -> 
   return tf.reshape(summed, list(segments.output_shape) + [dim])
 
 
+@_do_not_convert
 def backprop(activation_grads: tf.Tensor, segments: Any,
              num_unique: Union[int, tf.Tensor]) -> tf.Tensor:
   """Gradient of `combine` w.r.t. the unique rows (quantization passes straight through).
@@ -81,6 +88,7 @@ def backprop(activation_grads: tf.Tensor, segments: Any,
   return tf.math.unsorted_segment_sum(contributions, segments.unique_index, num_unique)
 
 
+@_do_not_convert
 def combine_table(rows: tf.Tensor, batch: Any, quantization_config: Optional[Any] = None) -> dict:
   """Combines every feature of a `TableBatch`: `{feature_key: activations}`.
 

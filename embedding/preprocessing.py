@@ -35,6 +35,10 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 import numpy as np
 import tensorflow as tf
 
+# Pure TensorFlow ops without data-dependent Python control flow: AutoGraph conversion would only cost
+# seconds of tracing time in users' tf.functions.
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
 __all__ = [
     'FeatureSegments',
     'TableBatch',
@@ -534,6 +538,7 @@ def _table_batch(table_name: str, table: Any, entries: List[Tuple[str, _Coo]]) -
   return TableBatch(table_name=table_name, unique_ids=unique_ids, features=dict(features), table=table)
 
 
+@_do_not_convert
 def preprocess_features(features: Any,
                         feature_config: Any,
                         weights: Any = None,
@@ -623,6 +628,7 @@ def shard_sizes(vocabulary_size: int, num_shards: int, strategy: str = 'div') ->
   return [len(range(s, int(vocabulary_size), int(num_shards))) for s in range(num_shards)]
 
 
+@_do_not_convert
 def partition_ids(ids: tf.Tensor,
                   num_shards: int,
                   vocabulary_size: Optional[int] = None,
@@ -654,6 +660,7 @@ def partition_ids(ids: tf.Tensor,
   return tf.cast(shard, tf.int32), local
 
 
+@_do_not_convert
 def unpartition_ids(shard: tf.Tensor,
                     local: tf.Tensor,
                     num_shards: int,
@@ -673,6 +680,7 @@ def unpartition_ids(shard: tf.Tensor,
 # CSR export for the TPUEmbeddingV2 API.
 
 
+@_do_not_convert
 def to_partitioned_csr(batch: TableBatch,
                        num_shards: int = 1,
                        strategy: str = 'mod',
