@@ -26,6 +26,11 @@ __all__ = [
 ]
 
 
+def _dims(shape: Any) -> Any:
+  """A shape usable by tf.fill/tf.ones: a shape tensor as is, else a list of ints."""
+  return shape if tf.is_tensor(shape) else tf.TensorShape(shape).as_list()
+
+
 class TruncatedNormalInitializer:
   """Truncated normal initializer (the default table initializer); called as `init(shape, dtype)`.
 
@@ -42,7 +47,7 @@ class TruncatedNormalInitializer:
 
   def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32, **kwargs) -> tf.Tensor:
     del kwargs
-    return tf.random.truncated_normal(tf.TensorShape(shape).as_list(), mean=self.mean, stddev=self.stddev,
+    return tf.random.truncated_normal(_dims(shape), mean=self.mean, stddev=self.stddev,
                                       dtype=dtype, seed=self.seed)
 
   def __repr__(self) -> str:
@@ -63,8 +68,8 @@ class RowIdInitializer:
 
   def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32, **kwargs) -> tf.Tensor:
     del kwargs
-    shape = tf.TensorShape(shape).as_list()
-    rows = tf.range(self.offset, self.offset + shape[0], dtype=tf.int64)
+    shape = _dims(shape)
+    rows = tf.range(self.offset, self.offset + tf.cast(shape[0], tf.int64), dtype=tf.int64)
     return tf.cast(rows, dtype)[:, None] * tf.ones(shape, dtype=dtype)
 
   def __repr__(self) -> str:
@@ -173,8 +178,12 @@ class TableConfig:
     self.name = name
     self.quantization_config = as_quantization_config(quantization_config)
     self.layout = layout
-    # The upstream object this config was converted from, if any; resolve_tables mirrors names into it.
-    self.source = None
+    self._source_ref = None
+
+  @property
+  def source(self) -> Optional[Any]:
+    """The upstream object this config was converted from (weakly held), or None."""
+    return self._source_ref() if self._source_ref is not None else None
 
   def __repr__(self) -> str:
     initializer = None if _is_default_initializer(self.initializer, self.dim) else self.initializer
@@ -226,7 +235,12 @@ class FeatureConfig:
     self.name = name
     self.output_shape = tf.TensorShape(output_shape)
     self.validate_weights_and_indices = validate_weights_and_indices
-    self.source = None
+    self._source_ref = None
+
+  @property
+  def source(self) -> Optional[Any]:
+    """The upstream object this config was converted from (weakly held), or None."""
+    return self._source_ref() if self._source_ref is not None else None
 
   def __repr__(self) -> str:
     return ('FeatureConfig(table={table!r}, '
@@ -250,6 +264,14 @@ def _looks_like_upstream_table(obj: Any) -> bool:
 
 def _looks_like_upstream_feature(obj: Any) -> bool:
   return all(hasattr(obj, a) for a in ('table', 'max_sequence_length', 'output_shape'))
+
+
+def _weak(obj: Any) -> Optional[Callable[[], Any]]:
+  # Weak, so that the conversion cache (keyed weakly by the upstream object) does not keep it alive.
+  try:
+    return weakref.ref(obj)
+  except TypeError:
+    return lambda: obj
 
 
 def _cached(obj: Any, convert: Callable[[Any], Any]) -> Any:
@@ -313,7 +335,7 @@ def as_table_config(obj: Any) -> TableConfig:
                         optimizer=optimizer, combiner=up.combiner, name=up.name,
                         quantization_config=getattr(up, 'quantization_config', None),
                         layout=getattr(up, 'layout', None))
-    table.source = up
+    table._source_ref = _weak(up)  # pylint: disable=protected-access
     return table
 
   return _cached(obj, convert)
@@ -343,7 +365,7 @@ def as_feature_config(obj: Any) -> FeatureConfig:
     feature = FeatureConfig(table=as_table_config(up.table), max_sequence_length=up.max_sequence_length,
                             validate_weights_and_indices=getattr(up, 'validate_weights_and_indices', True),
                             output_shape=output_shape, name=getattr(up, 'name', None))
-    feature.source = up
+    feature._source_ref = _weak(up)  # pylint: disable=protected-access
     return feature
 
   return _cached(obj, convert)

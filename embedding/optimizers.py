@@ -61,7 +61,8 @@ class ConstantInitializer:
 
   def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32, **kwargs) -> tf.Tensor:
     del kwargs  # partition/shard info is irrelevant for a constant.
-    return tf.fill(tf.TensorShape(shape).as_list(), tf.constant(self.value, dtype=dtype))
+    dims = shape if tf.is_tensor(shape) else tf.TensorShape(shape).as_list()
+    return tf.fill(dims, tf.constant(self.value, dtype=dtype))
 
   def __eq__(self, other: Any) -> bool:
     return isinstance(other, ConstantInitializer) and other.value == self.value
