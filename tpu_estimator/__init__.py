@@ -1,1 +1,15 @@
-"""TPUEstimator programs on CPUs, GPUs and clusters of them."""
+"""TPUEstimator programs on CPUs, GPUs and clusters of them.
+
+The public API mirrors `tf.compat.v1.estimator.tpu` and `tf.compat.v1.tpu`.
+"""
+from tpu_estimator.context import TPUContext
+from tpu_estimator.estimator import ExportSavedModelApiVersion, TPUEstimator
+from tpu_estimator.replication import CrossShardOptimizer, cross_replica_sum, outside_compilation
+from tpu_estimator.rewrite import rewrite
+from tpu_estimator.spec import TPUEstimatorSpec
+from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, TPUConfig
+
+__all__ = [
+    'CrossShardOptimizer', 'ExportSavedModelApiVersion', 'InputPipelineConfig', 'RunConfig', 'TPUConfig',
+    'TPUContext', 'TPUEstimator', 'TPUEstimatorSpec', 'cross_replica_sum', 'outside_compilation', 'rewrite',
+]

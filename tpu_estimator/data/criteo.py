@@ -28,6 +28,7 @@ at most 18 digits) stop iteration with `tf.errors.InvalidArgumentError` whose me
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -55,8 +56,12 @@ CRITEO_KAGGLE_CARDINALITIES: Tuple[int, ...] = (
 # Dense values are integers of at most this many digits (so they always fit in int64).
 _MAX_DENSE_DIGITS = 18
 _DENSE_REGEX = rf'-?[0-9]{{1,{_MAX_DENSE_DIGITS}}}'
+_DENSE_PATTERN = re.compile(_DENSE_REGEX)
 # Sentinel for a missing dense value when parsing tf.train.Example (TSV values never reach it).
 _MISSING_DENSE = np.iinfo(np.int64).min
+
+# Dataset functions here have no Python control flow on tensors: skip AutoGraph (it costs seconds per reader).
+_no_autograph = tf.autograph.experimental.do_not_convert
 
 VocabSizes = Union[int, Sequence[int]]
 FilePatterns = Union[str, Sequence[str]]
@@ -120,8 +125,9 @@ def raw_to_features(label: tf.Tensor, dense: tf.Tensor, dense_present: tf.Tensor
   x = tf.cast(tf.maximum(dense, 0), tf.float32)
   dense_out = tf.where(dense_present, tf.math.log1p(x), tf.zeros_like(x))
   features = {DENSE_FEATURE_NAME: dense_out}
-  for i, name in enumerate(CATEGORICAL_FEATURE_NAMES):
-    features[name] = tf.strings.to_hash_bucket_fast(categorical[:, i], vocab_sizes[i])
+  columns = tf.unstack(categorical, num=NUM_CATEGORICAL_FEATURES, axis=1)
+  for name, column, size in zip(CATEGORICAL_FEATURE_NAMES, columns, vocab_sizes):
+    features[name] = tf.strings.to_hash_bucket_fast(column, size)
   return features, tf.cast(label, tf.float32)
 
 
@@ -165,24 +171,26 @@ class MalformedLineCounter:
     return np.int64(len(messages))
 
 
-def _bad_line_messages(fields, num_fields, ok, label_ok, dense_ok, filenames, linenos):
-  """`path:line: reason` for every row where `ok` is False (computed only when some row is bad)."""
-  bad = tf.logical_not(ok)
-  f = tf.boolean_mask(fields, bad)
-  nf = tf.boolean_mask(num_fields, bad)
-  lok = tf.boolean_mask(label_ok, bad)
-  dok = tf.boolean_mask(dense_ok, bad)
-  where = tf.strings.join([tf.boolean_mask(filenames, bad), ':',
-                           tf.strings.as_string(tf.boolean_mask(linenos, bad)), ': '])
-  count_msg = tf.strings.join([f'expected {TSV_NUM_FIELDS} tab-separated fields, got ',
-                               tf.strings.as_string(nf)])
-  label_msg = tf.strings.join(["label must be '0' or '1', got '", f[:, 0], "'"])
-  col = tf.argmin(tf.cast(dok, tf.int32), axis=1, output_type=tf.int32)
-  bad_val = tf.gather(f[:, 1:1 + NUM_DENSE_FEATURES], col, batch_dims=1)
-  dense_msg = tf.strings.join(['dense feature I', tf.strings.as_string(col + 1),
-                               " must be an integer of at most 18 digits, got '", bad_val, "'"])
-  reason = tf.where(tf.not_equal(nf, TSV_NUM_FIELDS), count_msg, tf.where(lok, dense_msg, label_msg))
-  return tf.strings.join([where, reason])
+def malformed_reason(line: str) -> str:
+  """Why a Criteo TSV line is malformed ('' when it is well formed); mirrors the checks `parse_tsv_lines` does."""
+  fields = line.split('\t')
+  if len(fields) != TSV_NUM_FIELDS:
+    return f'expected {TSV_NUM_FIELDS} tab-separated fields, got {len(fields)}'
+  if fields[0] not in ('0', '1'):
+    return f'label must be 0 or 1, got `{fields[0]}`'
+  for j, value in enumerate(fields[1:1 + NUM_DENSE_FEATURES]):
+    if value and not _DENSE_PATTERN.fullmatch(value):
+      return f'dense feature I{j + 1} must be an integer of at most {_MAX_DENSE_DIGITS} digits, got `{value}`'
+  return ''
+
+
+def _bad_line_messages(lines: np.ndarray, filenames: np.ndarray, linenos: np.ndarray) -> np.ndarray:
+  """`path:line: reason` for malformed lines (runs in Python, only for batches that have some)."""
+  out = []
+  for line, filename, lineno in zip(lines, filenames, linenos):
+    reason = malformed_reason(line.decode('utf-8', 'replace')) or 'malformed line'
+    out.append(f"{filename.decode('utf-8', 'replace')}:{lineno}: {reason}".encode('utf-8'))
+  return np.array(out, dtype=object)
 
 
 def parse_tsv_lines(lines: tf.Tensor, filenames: tf.Tensor, linenos: tf.Tensor, skip_malformed: bool = False,
@@ -215,13 +223,19 @@ def parse_tsv_lines(lines: tf.Tensor, filenames: tf.Tensor, linenos: tf.Tensor, 
   ok = tf.logical_and(tf.logical_and(tf.equal(num_fields, TSV_NUM_FIELDS), label_ok),
                       tf.reduce_all(dense_ok, axis=1))
   all_ok = tf.reduce_all(ok)
-  args = (fields, num_fields, ok, label_ok, dense_ok, filenames, linenos)
+
+  def messages():
+    bad = tf.logical_not(ok)
+    return tf.numpy_function(
+        _bad_line_messages,
+        [tf.boolean_mask(lines, bad), tf.boolean_mask(filenames, bad), tf.boolean_mask(linenos, bad)],
+        tf.string, stateful=False)
+
   if skip_malformed:
     counter = counter if counter is not None else _DEFAULT_COUNTER
 
     def report():
-      msgs = _bad_line_messages(*args)
-      return tf.numpy_function(counter._record, [msgs], tf.int64, stateful=True)  # pylint: disable=protected-access
+      return tf.numpy_function(counter._record, [messages()], tf.int64, stateful=True)  # pylint: disable=protected-access
 
     reported = tf.cond(all_ok, lambda: tf.constant(0, tf.int64), report)
     with tf.control_dependencies([reported]):
@@ -229,8 +243,7 @@ def parse_tsv_lines(lines: tf.Tensor, filenames: tf.Tensor, linenos: tf.Tensor, 
       dense_present = tf.boolean_mask(dense_present, ok)
   else:
     def fail():
-      msg = _bad_line_messages(*args)[0]
-      with tf.control_dependencies([tf.debugging.Assert(False, [msg])]):
+      with tf.control_dependencies([tf.debugging.Assert(False, [messages()[0]])]):
         return tf.constant(False)
 
     checked = tf.cond(all_ok, lambda: tf.constant(True), fail)
@@ -277,6 +290,7 @@ def _record_dataset(file_patterns: FilePatterns, make_reader, *, shuffle: bool, 
                     input_pipeline_id: int, num_pipelines: int) -> tf.data.Dataset:
   """Dataset of `(filename, 1-based record number, record)` over this pipeline's share of the files.
 
+  Without `shuffle`, files are read one after the other in sorted order, records in file order.
   With at least `num_pipelines` files each pipeline reads files `input_pipeline_id::num_pipelines`; with fewer
   files every pipeline reads all of them and keeps every `num_pipelines`-th record (file order then not
   shuffled, so the pipelines split the records exactly).
@@ -292,13 +306,14 @@ def _record_dataset(file_patterns: FilePatterns, make_reader, *, shuffle: bool, 
 
   def read(filename):
     records = make_reader(filename).enumerate(start=1)
-    return records.map(lambda i, rec: (filename, i, rec))
+    return records.map(_no_autograph(lambda i, rec: (filename, i, rec)))
 
-  if len(files) > 1:
-    ds = ds.interleave(read, cycle_length=min(len(files), 8), block_length=1,
+  if shuffle and len(files) > 1:
+    # Mix examples of several files (deterministically, so line sharding stays exact).
+    ds = ds.interleave(_no_autograph(read), cycle_length=min(len(files), 8), block_length=1,
                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   else:
-    ds = ds.interleave(read, cycle_length=1)
+    ds = ds.flat_map(_no_autograph(read))  # files one after the other, in sorted order
   if not shard_files and num_pipelines > 1:
     ds = ds.shard(num_pipelines, input_pipeline_id)
   return ds
@@ -332,7 +347,7 @@ def tsv_raw_dataset(file_patterns: FilePatterns, batch_size: int, *, skip_malfor
                        num_pipelines=num_pipelines)
   ds = _finish(ds, shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size, seed=seed, num_epochs=num_epochs)
   ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-  return ds.map(lambda f, i, line: parse_tsv_lines(line, f, i, skip_malformed, malformed_counter),
+  return ds.map(_no_autograph(lambda f, i, line: parse_tsv_lines(line, f, i, skip_malformed, malformed_counter)),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
@@ -372,7 +387,7 @@ def criteo_tsv_dataset(file_patterns: FilePatterns, batch_size: int, vocab_sizes
   if skip_malformed:
     # Skipped lines make batches short: regroup into full batches.
     ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
-  ds = ds.map(lambda *raw: raw_to_features(*raw, sizes), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.map(_no_autograph(lambda *raw: raw_to_features(*raw, sizes)), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -407,10 +422,10 @@ def criteo_tfrecord_dataset(file_patterns: FilePatterns, batch_size: int,
   ds = _record_dataset(file_patterns, lambda f: tf.data.TFRecordDataset(f, compression_type=compression_type),
                        shuffle=shuffle, seed=seed, input_pipeline_id=input_pipeline_id,
                        num_pipelines=num_pipelines)
-  ds = ds.map(lambda f, i, rec: rec)
+  ds = ds.map(_no_autograph(lambda f, i, rec: rec))
   ds = _finish(ds, shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size, seed=seed, num_epochs=num_epochs)
   ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-  ds = ds.map(lambda rec: raw_to_features(*parse_examples(rec), sizes), num_parallel_calls=tf.data.AUTOTUNE,
+  ds = ds.map(_no_autograph(lambda rec: raw_to_features(*parse_examples(rec), sizes)), num_parallel_calls=tf.data.AUTOTUNE,
               deterministic=True)
   return ds.prefetch(tf.data.AUTOTUNE)
 

@@ -329,11 +329,13 @@ class SyntheticCriteo:
       cat.set_shape([None, criteo.NUM_CATEGORICAL_FEATURES])
       return label, dense, present, cat
 
-    ds = blocks.map(gen, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = blocks.map(criteo._no_autograph(gen),  # pylint: disable=protected-access
+                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if total is not None and num_epochs != 1:
       ds = ds.repeat(num_epochs)
     ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
-    ds = ds.map(lambda *raw: criteo.raw_to_features(*raw, sizes), num_parallel_calls=tf.data.AUTOTUNE,
+    ds = ds.map(criteo._no_autograph(lambda *raw: criteo.raw_to_features(*raw, sizes)),  # pylint: disable=protected-access
+                num_parallel_calls=tf.data.AUTOTUNE,
                 deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)
 

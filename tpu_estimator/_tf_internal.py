@@ -1,0 +1,122 @@
+"""The few `tensorflow.python` internals the estimator needs, each wrapped once here.
+
+Everything else in `tpu_estimator` uses public TensorFlow APIs.
+"""
+import contextlib
+import threading
+from typing import Callable, Iterator, List, Sequence
+
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
+from tensorflow.python.ops import variable_scope as _variable_scope
+from tensorflow.python.tpu import tpu_function
+from tensorflow.python.tpu.ops import tpu_ops
+
+VARSTORE_KEY = _variable_scope._VARSTORE_KEY  # pylint: disable=protected-access
+
+_patch_lock = threading.Lock()
+_patch_depth = 0
+
+
+def copy_variable_store(collections: dict):
+  """A new `get_variable` store that knows the variables of the store in `collections` (if any)."""
+  store = _variable_scope._VariableStore()  # pylint: disable=protected-access
+  existing = collections.get(VARSTORE_KEY)
+  if existing:
+    store._vars = dict(existing[0]._vars)  # pylint: disable=protected-access
+    store._partitioned_vars = dict(existing[0]._partitioned_vars)  # pylint: disable=protected-access
+  return store
+
+
+@contextlib.contextmanager
+def variable_creator_stack(graph: tf.Graph, stack: list) -> Iterator[None]:
+  """Gives the current thread the variable creator stack captured from another thread."""
+  old = graph._variable_creator_stack  # pylint: disable=protected-access
+  graph._variable_creator_stack = list(stack)  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    graph._variable_creator_stack = old  # pylint: disable=protected-access
+
+
+@contextlib.contextmanager
+def tpu_shard_context(num_shards: int) -> Iterator[None]:
+  """Sets the (thread-local) shard count that upstream's CrossShardOptimizer reads."""
+  context = tpu_function.get_tpu_context()
+  old = context.number_of_shards
+  context.set_number_of_shards(num_shards)
+  try:
+    yield
+  finally:
+    context.set_number_of_shards(old)
+
+
+@contextlib.contextmanager
+def cross_replica_sum_as_ours(ours: Callable) -> Iterator[None]:
+  """Routes upstream's `cross_replica_sum` op (no CPU/GPU kernel) to `ours` while replicas are built.
+
+  `tf.compat.v1.tpu.cross_replica_sum` and upstream's `CrossShardOptimizer` both end in
+  `gen_tpu_ops.cross_replica_sum`, which we replace for the duration.
+  """
+  global _patch_depth
+  gen = tpu_ops.gen_tpu_ops
+  with _patch_lock:
+    if _patch_depth == 0:
+      cross_replica_sum_as_ours.original = gen.cross_replica_sum
+      gen.cross_replica_sum = lambda input, group_assignment, name=None: ours(  # pylint: disable=redefined-builtin
+          input, _groups_as_list(group_assignment), name)
+    _patch_depth += 1
+  try:
+    yield
+  finally:
+    with _patch_lock:
+      _patch_depth -= 1
+      if _patch_depth == 0:
+        gen.cross_replica_sum = cross_replica_sum_as_ours.original
+
+
+def _groups_as_list(group_assignment):
+  if group_assignment is None:
+    return None
+  if isinstance(group_assignment, (tf.Tensor, tf.Variable)):
+    group_assignment = tf.get_static_value(group_assignment)
+    if group_assignment is None:
+      raise ValueError('group_assignment of cross_replica_sum must be a constant.')
+  return [list(map(int, group)) for group in group_assignment]
+
+
+def nccl_all_sum(values: Sequence[tf.Tensor], devices: Sequence[str]) -> List[tf.Tensor]:
+  """NCCL all-reduce sum of one tensor per GPU."""
+  from tensorflow.python.ops import nccl_ops  # pylint: disable=g-import-not-at-top
+  placed = []
+  for value, device in zip(values, devices):
+    with tf.device(device):
+      placed.append(tf.identity(value))
+  return nccl_ops.all_sum(placed)
+
+
+@contextlib.contextmanager
+def v1_control_flow() -> Iterator[None]:
+  """Builds `tf.compat.v1.while_loop`/`cond` as TF1 dataflow control flow for the duration.
+
+  The training loop needs TF1 loops: the loop body holds whole replicas, with `tf.gradients`, optimizer updates
+  of resource variables, and Python-side collections, and a session prunes what replica 0 does not need.
+  """
+  old = control_flow_util.ENABLE_CONTROL_FLOW_V2
+  control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+  try:
+    yield
+  finally:
+    control_flow_util.ENABLE_CONTROL_FLOW_V2 = old
+
+
+def summary_writer_initializer_ops() -> list:
+  """The initialisers of the `tf.compat.v2.summary` writers created in the default graph."""
+  from tensorflow.python.ops import summary_ops_v2  # pylint: disable=g-import-not-at-top
+  return summary_ops_v2.summary_writer_initializer_op()
+
+
+def summary_writer_flush_ops(init_ops: list) -> list:
+  """Flush ops for the writers whose initialisers are `init_ops`."""
+  from tensorflow.python.ops import summary_ops_v2  # pylint: disable=g-import-not-at-top
+  return [summary_ops_v2.legacy_raw_flush(writer=op.inputs[0]) for op in init_ops]
