@@ -57,7 +57,8 @@ class TruncatedNormalInitializer:
 class RowIdInitializer:
   """Initializes row `i` of a table to `i + offset` in every column (handy for tests and debugging).
 
-  Called with the full logical table shape `[vocabulary_size, dim]`.
+  Called with the full logical table shape `[vocabulary_size, dim]`, or with a shard's shape and the global ids
+  of its rows (`row_ids`), which is how a sharded table initialises 'mod' shards.
 
   Args:
     offset: added to each row id.
@@ -66,11 +67,26 @@ class RowIdInitializer:
   def __init__(self, offset: int = 0):
     self.offset = offset
 
-  def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32, **kwargs) -> tf.Tensor:
+  def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32,
+               row_ids: Optional[Any] = None, **kwargs) -> tf.Tensor:
+    """Returns the initial value.
+
+    Args:
+      shape: `[rows, dim]`.
+      dtype: result dtype.
+      row_ids: optional `[rows]` global ids of the rows; default `0..rows-1`.
+      **kwargs: ignored (e.g. partition info).
+
+    Returns:
+      A `[rows, dim]` tensor whose row r holds `row_ids[r] + offset`.
+    """
     del kwargs
     shape = _dims(shape)
-    rows = tf.range(self.offset, self.offset + tf.cast(shape[0], tf.int64), dtype=tf.int64)
-    return tf.cast(rows, dtype)[:, None] * tf.ones(shape, dtype=dtype)
+    if row_ids is None:
+      rows = tf.range(tf.cast(shape[0], tf.int64), dtype=tf.int64)
+    else:
+      rows = tf.cast(tf.reshape(row_ids, [-1]), tf.int64)
+    return tf.cast(rows + self.offset, dtype)[:, None] * tf.ones(shape, dtype=dtype)
 
   def __repr__(self) -> str:
     return f'RowIdInitializer(offset={self.offset!r})'

@@ -93,6 +93,8 @@ def test_row_id_initializer():
   values = embedding.RowIdInitializer(offset=3)([4, 2], tf.float32).numpy()
   np.testing.assert_array_equal(values, [[3, 3], [4, 4], [5, 5], [6, 6]])
   assert embedding.RowIdInitializer()([2, 3], tf.float64).dtype == tf.float64
+  shard = embedding.RowIdInitializer(offset=10)([3, 2], tf.float32, row_ids=tf.constant([1, 4, 7], tf.int64))
+  np.testing.assert_array_equal(shard.numpy(), [[11, 11], [14, 14], [17, 17]])
 
 
 def test_resolve_feature_config_order_and_paths():
