@@ -380,6 +380,8 @@ def test_to_optimizer_identity_unsupported_and_learning_rate_fn():
     embedding.to_optimizer(upstream_v1.ProximalYogiParameters())
   with pytest.raises(TypeError, match='str'):
     embedding.to_optimizer('sgd')
+  with pytest.raises(TypeError, match='SGD'):  # same class name as the embedding SGD, but a Keras optimizer
+    embedding.to_optimizer(tf.keras.optimizers.SGD(0.1))
   step = tf.Variable(10, dtype=tf.int64)
   dyn = embedding.to_optimizer(embedding.AdagradParameters(0.1), learning_rate_fn=lambda s: 0.01 * tf.cast(
       s, tf.float32), global_step=step)
