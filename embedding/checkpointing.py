@@ -9,17 +9,20 @@ resource registration) behind a small API:
   `_serialize_to_tensors` / `_restore_from_tensors` use the full tensor under the local name `VARIABLE_VALUE` (the
   name a plain `tf.Variable` uses, so checkpoints interoperate with unsharded variables), and it produces a TF1
   `SaveableObject` (`saveable()`) saved under the exact key.
+- `create_shard_variable`: a plain resource variable on an exact device, bypassing variable creator scopes
+  (a distribution strategy's scope would otherwise mirror the shard on every replica device).
 - `register_shard_variable`: in a TF1 graph, makes a shard variable initialised by the default `Scaffold`
   init op (and checked by its ready op) without putting it in `GLOBAL_VARIABLES`, so that the default
   `tf.compat.v1.train.Saver()` does not save the physical shards.
 - `initializer_op`: the op initialising every registered shard variable of the current graph.
 """
 
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
 # Internals, kept behind this module.
+from tensorflow.python.ops import resource_variable_ops as _resource_variable_ops
 from tensorflow.python.ops import resources as _resources
 from tensorflow.python.trackable import base as _trackable_base
 from tensorflow.python.training.saving import saveable_object as _saveable_object
@@ -29,6 +32,23 @@ SHARD_VARIABLES_COLLECTION = "tpu_estimator_embedding_shard_variables"
 
 #: Local name under which a logical tensor is serialized by `tf.train.Checkpoint` (same as tf.Variable).
 VARIABLE_VALUE_KEY = _trackable_base.VARIABLE_VALUE_KEY
+
+
+def create_shard_variable(initial_value: Callable[[], tf.Tensor], name: str, device: Any) -> tf.Variable:
+    """Creates a non-trainable float32 resource variable on `device`, outside any graph collection.
+
+    The variable is constructed directly (not through `tf.Variable`), so variable creator scopes, in particular
+    those of `tf.distribute` strategies, do not turn it into a mirrored or per-replica variable. Call under
+    `tf.init_scope()` when the caller may be inside a `tf.function`.
+
+    Args:
+      initial_value: Zero-argument callable returning the initial value (run on `device`).
+      name: Variable name.
+      device: Device string / DeviceSpec, or None.
+    """
+    with tf.device(device):
+        return _resource_variable_ops.ResourceVariable(
+            initial_value=initial_value, trainable=False, name=name, dtype=tf.float32, collections=[])
 
 
 def register_shard_variable(variable: tf.Variable) -> None:

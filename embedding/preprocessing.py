@@ -84,6 +84,21 @@ class FeatureSegments:
     """`output_shape` as a `tf.TensorShape` (None for dims only known at run time)."""
     return tf.TensorShape([d if isinstance(d, int) else None for d in self.output_shape])
 
+  # tf.nest support (TF >= 2.13 CustomNestProtocol): tensors are components, the rest is metadata, so that
+  # `tf.nest.flatten` / `tf.nest.pack_sequence_as` carry a plan through queues, loops and datasets.
+  def __tf_flatten__(self):
+    static = tuple(d if isinstance(d, int) else None for d in self.output_shape)
+    dynamic = tuple(d for d in self.output_shape if not isinstance(d, int))
+    metadata = (static, self.is_sequence)
+    return metadata, (self.unique_index, self.segment_ids, self.gains, self.num_segments) + dynamic
+
+  @classmethod
+  def __tf_unflatten__(cls, metadata, components):
+    static, is_sequence = metadata
+    dynamic = iter(components[4:])
+    shape = [d if d is not None else next(dynamic) for d in static]
+    return cls(*components[:4], output_shape=shape, is_sequence=is_sequence)
+
 
 @dataclasses.dataclass(frozen=True)
 class TableBatch:
@@ -104,6 +119,15 @@ class TableBatch:
   def num_unique(self) -> tf.Tensor:
     """int32 scalar: number of unique ids `U`."""
     return tf.size(self.unique_ids, out_type=tf.int32)
+
+  def __tf_flatten__(self):
+    keys = tuple(self.features)
+    return (self.table_name, keys, self.table), (self.unique_ids,) + tuple(self.features[k] for k in keys)
+
+  @classmethod
+  def __tf_unflatten__(cls, metadata, components):
+    table_name, keys, table = metadata
+    return cls(table_name, components[0], dict(zip(keys, components[1:])), table)
 
 
 class PartitionedCsrFormatTensor(NamedTuple):
@@ -498,14 +522,19 @@ def _feature_to_coo(value: Any, weight: Any, feature: Any, key: str, table_name:
 # Per-table deduplication.
 
 
+def _segment_sum(values: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
+  """Scalar `unsorted_segment_sum` via a weighted bincount (several times faster on CPU for many segments)."""
+  return tf.math.bincount(segment_ids, values, minlength=num_segments, maxlength=num_segments)
+
+
 def _gains(coo: _Coo, combiner: str) -> tf.Tensor:
   weights = coo.weights if coo.weights is not None else tf.ones_like(coo.ids, dtype=tf.float32)
   if coo.is_sequence or combiner == 'sum':
     return weights
   if combiner == 'mean':
-    totals = tf.math.unsorted_segment_sum(weights, coo.rows, coo.num_segments)
+    totals = _segment_sum(weights, coo.rows, coo.num_segments)
     return tf.math.divide_no_nan(weights, tf.gather(totals, coo.rows))
-  squares = tf.math.unsorted_segment_sum(weights * weights, coo.rows, coo.num_segments)
+  squares = _segment_sum(weights * weights, coo.rows, coo.num_segments)
   return tf.math.divide_no_nan(weights, tf.sqrt(tf.gather(squares, coo.rows)))
 
 
@@ -527,7 +556,7 @@ def _table_batch(table_name: str, table: Any, entries: List[Tuple[str, _Coo]]) -
     gains = _gains(coo, combiner)
     keys = tf.cast(coo.rows, tf.int64) * num_unique + tf.cast(idx, tf.int64)
     merged_keys, position = tf.unique(keys, out_idx=tf.int32)
-    merged_gains = tf.math.unsorted_segment_sum(gains, position, tf.size(merged_keys, out_type=tf.int32))
+    merged_gains = _segment_sum(gains, position, tf.size(merged_keys, out_type=tf.int32))
     features[key] = FeatureSegments(
         unique_index=tf.cast(merged_keys % num_unique, tf.int32),
         segment_ids=tf.cast(merged_keys // num_unique, tf.int32),
@@ -720,7 +749,8 @@ def to_partitioned_csr(batch: TableBatch,
   bucket = shard * sample_count + sample_ids
   order = tf.gather(order, tf.argsort(tf.gather(bucket, order), stable=True))
   sorted_bucket = tf.gather(bucket, order)
-  counts = tf.math.unsorted_segment_sum(tf.ones_like(sorted_bucket), sorted_bucket, num_shards * sample_count)
+  counts = tf.math.bincount(sorted_bucket, minlength=num_shards * sample_count,
+                            maxlength=num_shards * sample_count, dtype=tf.int32)
   row_pointers = tf.concat([tf.zeros([1], tf.int32), tf.cumsum(counts)], axis=0)
   return PartitionedCsrFormatTensor(
       row_pointers=row_pointers,

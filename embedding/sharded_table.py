@@ -169,7 +169,8 @@ class ShardedTable(tf.Module):
         `tf.compat.v1.train.Saver()` writes the logical layout. Set False to manage this yourself with
         `saveables()` / `shard_variables()`.
 
-    The object must be created outside `tf.function` bodies and outside distribution-strategy scopes. In a TF1
+    Shards are plain resource variables on the given devices, also when created under a distribution strategy's
+    scope (never mirrored); creation inside a `tf.function` is lifted out of it (`tf.init_scope`). In a TF1
     graph, run `initializer` (or `embedding.checkpointing.initializer_op()`, or the default Scaffold init op):
     `tf.compat.v1.global_variables_initializer()` does not cover the shards.
     """
@@ -231,10 +232,7 @@ class ShardedTable(tf.Module):
             with tf.name_scope(self._table_name + "/"):
                 for k in range(self._layout.num_shards):
                     init = make_shard_initial_value(initializer, self._layout, k, self._dim)
-                    with tf.device(self._devices[k]):
-                        shards.append(tf.compat.v1.Variable(
-                            initial_value=init, trainable=False, name=f"{prefix}_{k}", dtype=tf.float32,
-                            use_resource=True, collections=[]))
+                    shards.append(checkpointing.create_shard_variable(init, f"{prefix}_{k}", self._devices[k]))
         return shards
 
     # --------------------------------------------------------------------------------------------- properties

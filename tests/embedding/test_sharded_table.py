@@ -193,7 +193,7 @@ def test_apply_inside_tf_function_and_callable_learning_rate():
     lr = tf.Variable(0.1)
     table = _table(optimizers.Adagrad(lambda: lr), 4, "div")
 
-    @tf.function
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, DIM], tf.float32)])
     def step(ids, grads):
         rows = table.lookup(ids)
         table.apply_gradients(ids, grads)
@@ -206,6 +206,29 @@ def test_apply_inside_tf_function_and_callable_learning_rate():
         np.testing.assert_allclose(rows.numpy(), state["params"][ids], rtol=1e-5)
         state = ref.lazy_table_step("adagrad", state, ids, _grads(i, ids), 0.1 * (i + 1))
     np.testing.assert_allclose(table.read_full_table().numpy(), state["params"], rtol=1e-5, atol=1e-6)
+
+
+def test_created_under_strategy_scope_stays_plain_and_placed():
+    if len(CPUS) < 4:
+        pytest.skip("needs 4 logical CPU devices")
+    strategy = tf.distribute.MirroredStrategy(CPUS[:2])
+    with strategy.scope():
+        table = _table(optimizers.SGD(0.1), 2, "mod", devices=CPUS[2:])
+    assert all(type(v).__name__ == "ResourceVariable" for v in table.shard_variables())
+    assert [tf.DeviceSpec.from_string(v.device).device_index for v in table.shards] == [2, 3]
+    ids = tf.constant([10, 3, 4], tf.int64)
+
+    @tf.function
+    def step():
+        per_replica = strategy.run(lambda: table.lookup(ids))
+        table.apply_gradients(ids, tf.ones([3, DIM]))
+        return strategy.experimental_local_results(per_replica)
+
+    for rows in step():
+        np.testing.assert_array_equal(rows.numpy(), _full()[[10, 3, 4]])
+    expected = _full()
+    expected[[10, 3, 4]] -= 0.1
+    np.testing.assert_allclose(table.read_full_table().numpy(), expected, rtol=1e-6)
 
 
 def test_apply_without_optimizer_names_table():
