@@ -22,6 +22,9 @@ from typing import Any, Callable, List, Optional, Sequence
 import tensorflow as tf
 
 # Internals, kept behind this module.
+from tensorflow.core.framework import variable_pb2 as _variable_pb2
+from tensorflow.python.framework import ops as _ops
+from tensorflow.python.ops import ref_variable as _ref_variable
 from tensorflow.python.ops import resource_variable_ops as _resource_variable_ops
 from tensorflow.python.ops import resources as _resources
 from tensorflow.python.trackable import base as _trackable_base
@@ -29,6 +32,11 @@ from tensorflow.python.training.saving import saveable_object as _saveable_objec
 
 #: Graph collection holding the physical shard variables of every ShardedTable (TF1 graphs only).
 SHARD_VARIABLES_COLLECTION = "tpu_estimator_embedding_shard_variables"
+
+# Shard variables survive meta-graph export / import as variables (like GLOBAL_VARIABLES).
+_ops.register_proto_function(
+    SHARD_VARIABLES_COLLECTION, proto_type=_variable_pb2.VariableDef,
+    to_proto=_ref_variable._to_proto_fn, from_proto=_ref_variable._from_proto_fn)  # pylint: disable=protected-access
 
 #: Local name under which a logical tensor is serialized by `tf.train.Checkpoint` (same as tf.Variable).
 VARIABLE_VALUE_KEY = _trackable_base.VARIABLE_VALUE_KEY
@@ -87,11 +95,19 @@ def initializer_op(graph: Optional[tf.Graph] = None) -> tf.Operation:
 
 
 class _LogicalSaveable(_saveable_object.SaveableObject):
-    """TF1 SaveableObject saving a LogicalTensor as one full tensor under `name`."""
+    """TF1 SaveableObject saving a LogicalTensor as one full tensor under checkpoint key `key`.
 
-    def __init__(self, logical: "LogicalTensor", name: str):
+    The checkpoint key is the SaveSpec name. The object's own `name` (used by the Saver only to sort and
+    de-duplicate, and written to exported meta graphs for the SAVEABLE_OBJECTS collection) is the op name of the
+    first shard variable, so that `tf.compat.v1.train.import_meta_graph` can resolve it (as for TF lookup tables).
+    """
+
+    def __init__(self, logical: "LogicalTensor", key: str):
         spec = _saveable_object.SaveSpec(
-            logical.read, "", name, dtype=logical.dtype, device=logical.host_device)
+            logical.read, "", key, dtype=logical.dtype, device=logical.host_device)
+        name = key
+        if not tf.executing_eagerly():
+            name = logical.shards[0].handle.op.name
         super().__init__(logical, [spec], name)
         self._logical = logical
 

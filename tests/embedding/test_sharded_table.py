@@ -304,7 +304,8 @@ def test_tf1_saver_restores_onto_other_shard_count_and_strategy(tmp_path):
         table, updates = _train_graph_table(4, "div", optimizers.Adam(0.05), **names)
         reads = {"params": table.read_full_table(), "momenta": table.read_full_slot("momenta"),
                  "velocities": table.read_full_slot("velocities")}
-        saver = tf.compat.v1.train.Saver()  # Default var_list: the logical saveables, not the shards.
+        # Default var_list (the logical saveables, not the shards); sharded=True as the Estimator's Scaffold.
+        saver = tf.compat.v1.train.Saver(sharded=True)
         with tf.compat.v1.Session(config=_session_config()) as sess:
             sess.run(checkpointing.initializer_op())
             for u in updates:
@@ -330,6 +331,26 @@ def test_tf1_saver_restores_onto_other_shard_count_and_strategy(tmp_path):
     for key in saved:
         np.testing.assert_array_equal(restored[key], saved[key], err_msg=key)
     np.testing.assert_array_equal(looked_up, saved["params"][[10, 1, 4, 7]])
+
+
+def test_tf1_meta_graph_import_and_restore(tmp_path):
+    with tf.Graph().as_default():
+        table, updates = _train_graph_table(3, "mod", optimizers.Adagrad(0.1))
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session(config=_session_config()) as sess:
+            sess.run(checkpointing.initializer_op())
+            sess.run(updates[0])
+            saved = sess.run(table.read_full_slot("accumulators"))
+            path = saver.save(sess, str(tmp_path / "model"))
+    with tf.Graph().as_default() as graph:
+        imported = tf.compat.v1.train.import_meta_graph(path + ".meta")
+        shards = checkpointing.shard_variables(graph)
+        assert len(shards) == 6 and all(isinstance(v, tf.Variable) for v in shards)
+        with tf.compat.v1.Session(config=_session_config()) as sess:
+            imported.restore(sess, path)
+            slot = sess.run([v for v in shards if "accumulators" in v.name])
+    np.testing.assert_array_equal(np.concatenate(slot)[np.argsort(
+        np.concatenate([ShardLayout(VOCAB, 3, "mod").row_ids(k) for k in range(3)]))], saved)
 
 
 def test_tf1_explicit_saveables_and_var_list(tmp_path):
