@@ -2,9 +2,8 @@
 
 import os
 import re
-import subprocess
-import sys
 
+from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -209,11 +208,8 @@ def _good_lines(n):
 
 @pytest.mark.parametrize('line_index,bad,pattern', [
     (2, lambda l: l.replace('\t', '\t\t', 1), r'bad\.tsv:3: expected 40 tab-separated fields, got 41'),
-    (0, lambda l: l.rsplit('\t', 1)[0], r'bad\.tsv:1: expected 40 tab-separated fields, got 39'),
-    (4, lambda l: '2' + l[1:], r"bad\.tsv:5: label must be 0 or 1, got `2`"),
     (6, lambda l: '\t'.join(l.split('\t')[:3] + ['1.5'] + l.split('\t')[4:]),
      r"bad\.tsv:7: dense feature I3 must be an integer of at most 18 digits, got `1\.5`"),
-    (1, lambda l: '\t'.join(['1', 'abc'] + l.split('\t')[2:]), r"bad\.tsv:2: dense feature I1 .* got `abc`"),
 ])
 def test_malformed_line_error_names_file_and_line(tmp_path, line_index, bad, pattern):
   lines = _good_lines(9)
@@ -222,6 +218,29 @@ def test_malformed_line_error_names_file_and_line(tmp_path, line_index, bad, pat
   path.write_text('\n'.join(lines) + '\n')
   with pytest.raises(tf.errors.InvalidArgumentError, match=pattern):
     _collect(criteo.criteo_tsv_dataset(str(path), 4))
+
+
+def test_malformed_reasons():
+  good = _good_lines(1)[0]
+  fields = good.split('\t')
+  assert criteo.malformed_reason(good) == ''
+  assert criteo.malformed_reason(good.rsplit('\t', 1)[0]) == 'expected 40 tab-separated fields, got 39'
+  assert criteo.malformed_reason('') == 'expected 40 tab-separated fields, got 1'
+  assert criteo.malformed_reason('\t'.join(['2'] + fields[1:])) == 'label must be 0 or 1, got `2`'
+  assert criteo.malformed_reason('\t'.join([''] + fields[1:])) == 'label must be 0 or 1, got ``'
+  for value in ('abc', '1.5', '1e3', ' 7', '+3', '1' * 19):
+    line = '\t'.join(fields[:1] + [value] + fields[2:])
+    assert criteo.malformed_reason(line) == f'dense feature I1 must be an integer of at most 18 digits, got `{value}`'
+  for value in ('-12', '0', '9' * 18, ''):
+    assert criteo.malformed_reason('\t'.join(fields[:5] + [value] + fields[6:])) == ''
+  # The in-graph checks agree with malformed_reason (eager call, no dataset).
+  lines = [good, '\t'.join(fields[:5] + ['-12'] + fields[6:]), '\t'.join(['x'] + fields[1:])]
+  label, dense, present, cat = criteo.parse_tsv_lines(tf.constant(lines), tf.constant(['f'] * 3),
+                                                      tf.constant([1, 2, 3], tf.int64), skip_malformed=True,
+                                                      counter=criteo.MalformedLineCounter())
+  assert label.shape == (2,) and dense.numpy()[1, 4] == -12 and cat.shape == (2, 26)
+  with pytest.raises(tf.errors.InvalidArgumentError, match=r'f:3: label must be 0 or 1, got `x`'):
+    criteo.parse_tsv_lines(tf.constant(lines), tf.constant(['f'] * 3), tf.constant([1, 2, 3], tf.int64))
 
 
 def test_malformed_lines_skipped_and_counted(tmp_path):
@@ -278,28 +297,36 @@ def test_convert_command_line(tmp_path):
   with open(tmp_path / 'in.tsv', 'a') as f:
     f.write('bad line\n')
   out = str(tmp_path / 'out.tfrecord')
-  env = dict(os.environ, PYTHONPATH=os.getcwd(), TF_CPP_MIN_LOG_LEVEL='2')
-  proc = subprocess.run([sys.executable, '-m', 'tpu_estimator.data.convert', f'--input={tmp_path / "in.tsv"}',
-                         f'--output={out}', '--skip_malformed'], capture_output=True, text=True, env=env,
-                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-  assert proc.returncode == 0, proc.stderr
-  assert 'wrote 300 records, skipped 1 malformed lines' in proc.stdout
-  assert sum(1 for _ in tf.data.TFRecordDataset(out)) == 300
+  fv = flags.FlagValues()
+  convert.define_flags(fv)
+  fv(['convert', f'--input={tmp_path / "in.tsv"}', f'--output={out}', '--skip_malformed',
+      '--num_output_files=2'])
+  assert convert.run(fv) == 'wrote 300 records, skipped 1 malformed lines'
+  assert [sum(1 for _ in tf.data.TFRecordDataset(p)) for p in convert.output_paths(out, 2)] == [150, 150]
+  with pytest.raises(flags.IllegalFlagValueError):
+    fv2 = flags.FlagValues()
+    convert.define_flags(fv2)
+    fv2(['convert', '--input=a', '--output=b', '--num_output_files=0'])
 
 
 def test_sharding_by_pipeline(tmp_path):
   gen = _gen(seed=6)
   gen.write_tsv_files(str(tmp_path / 'three'), 3000, num_files=3)
   one = gen.write_tsv(str(tmp_path / 'one.tsv'), 3000)
-  full = _rows(*_collect(criteo.criteo_tsv_dataset(str(tmp_path / 'three' / '*'), 512, SMALL)))
-  for pattern in (str(tmp_path / 'three' / '*'), one):  # file sharding, then line sharding
-    parts = [_collect(criteo.criteo_tsv_dataset(pattern, 512, SMALL, input_pipeline_id=i, num_pipelines=2))
-             for i in range(2)]
-    assert all(len(p[1]) >= 1000 for p in parts)
-    assert sorted(_rows(*parts[0]) + _rows(*parts[1])) == full
-  parts = [_collect(gen.dataset(512, 3000, input_pipeline_id=i, num_pipelines=2)) for i in range(2)]
-  assert [len(p[1]) for p in parts] == [1976, 1024]  # blocks 0, 2 and block 1
-  assert sorted(_rows(*parts[0]) + _rows(*parts[1])) == full
+  # Three mechanisms (whole files, every other line of one file, blocks of the generator) split the same 3000
+  # examples into two disjoint parts.
+  by_files = [_collect(criteo.criteo_tsv_dataset(str(tmp_path / 'three' / '*'), 512, SMALL, input_pipeline_id=i,
+                                                 num_pipelines=2)) for i in range(2)]
+  by_lines = [_collect(criteo.criteo_tsv_dataset(one, 512, SMALL, input_pipeline_id=i, num_pipelines=2))
+              for i in range(2)]
+  by_blocks = [_collect(gen.dataset(512, 3000, input_pipeline_id=i, num_pipelines=2)) for i in range(2)]
+  assert [len(p[1]) for p in by_files] == [2000, 1000]  # files 0, 2 and file 1
+  assert [len(p[1]) for p in by_lines] == [1500, 1500]
+  assert [len(p[1]) for p in by_blocks] == [1976, 1024]  # blocks 0, 2 and block 1
+  np.testing.assert_array_equal(by_lines[0][0]['cat_3'][:512], by_blocks[0][0]['cat_3'][:1024:2])  # even lines
+  merged = [sorted(_rows(*p[0]) + _rows(*p[1])) for p in (by_files, by_lines, by_blocks)]
+  assert len(set(map(tuple, merged[0]))) > 2900
+  assert merged[0] == merged[1] == merged[2]
   with pytest.raises(ValueError, match='input_pipeline_id'):
     criteo.criteo_tsv_dataset(one, 8, input_pipeline_id=2, num_pipelines=2)
 

@@ -74,28 +74,41 @@ def convert_tsv_to_tfrecord(input_patterns: criteo.FilePatterns, output: str, *,
 FLAGS = flags.FLAGS
 
 
-def _define_flags() -> None:
-  flags.DEFINE_list('input', None, 'Criteo TSV file(s) or glob pattern(s), comma-separated.')
-  flags.DEFINE_string('output', None, 'Output TFRecord path (prefix when --num_output_files > 1).')
-  flags.DEFINE_integer('num_output_files', 1, 'Number of output files.')
-  flags.DEFINE_bool('skip_malformed', False, 'Skip (and count) malformed lines instead of failing.')
-  flags.DEFINE_enum('input_compression', '', ['', 'GZIP', 'ZLIB'], 'Compression of the input files.')
-  flags.DEFINE_enum('output_compression', '', ['', 'GZIP', 'ZLIB'], 'Compression of the output files.')
-  flags.mark_flags_as_required(['input', 'output'])
+def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines the command-line flags of `python -m tpu_estimator.data.convert` on `flag_values`."""
+  flags.DEFINE_list('input', None, 'Criteo TSV file(s) or glob pattern(s), comma-separated.',
+                    flag_values=flag_values)
+  flags.DEFINE_string('output', None, 'Output TFRecord path (prefix when --num_output_files > 1).',
+                      flag_values=flag_values)
+  flags.DEFINE_integer('num_output_files', 1, 'Number of output files.', lower_bound=1, flag_values=flag_values)
+  flags.DEFINE_bool('skip_malformed', False, 'Skip (and count) malformed lines instead of failing.',
+                    flag_values=flag_values)
+  flags.DEFINE_enum('input_compression', '', ['', 'GZIP', 'ZLIB'], 'Compression of the input files.',
+                    flag_values=flag_values)
+  flags.DEFINE_enum('output_compression', '', ['', 'GZIP', 'ZLIB'], 'Compression of the output files.',
+                    flag_values=flag_values)
+  flags.mark_flags_as_required(['input', 'output'], flag_values=flag_values)
+
+
+def run(flag_values: flags.FlagValues = FLAGS) -> str:
+  """Converts as the parsed flags say; returns the summary line the command prints."""
+  counter = criteo.MalformedLineCounter()
+  n = convert_tsv_to_tfrecord(flag_values.input, flag_values.output,
+                              num_output_files=flag_values.num_output_files,
+                              skip_malformed=flag_values.skip_malformed, malformed_counter=counter,
+                              input_compression_type=flag_values.input_compression or None,
+                              output_compression_type=flag_values.output_compression or None)
+  paths = output_paths(flag_values.output, flag_values.num_output_files)
+  logging.info('Wrote %d records to %s', n, ', '.join(paths))
+  return f'wrote {n} records, skipped {counter.count} malformed lines'
 
 
 def main(argv: List[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  counter = criteo.MalformedLineCounter()
-  n = convert_tsv_to_tfrecord(FLAGS.input, FLAGS.output, num_output_files=FLAGS.num_output_files,
-                              skip_malformed=FLAGS.skip_malformed, malformed_counter=counter,
-                              input_compression_type=FLAGS.input_compression or None,
-                              output_compression_type=FLAGS.output_compression or None)
-  logging.info('Wrote %d records to %s', n, ', '.join(output_paths(FLAGS.output, FLAGS.num_output_files)))
-  print(f'wrote {n} records, skipped {counter.count} malformed lines')
+  print(run(FLAGS))
 
 
 if __name__ == '__main__':
-  _define_flags()
+  define_flags()
   app.run(main)
