@@ -290,8 +290,10 @@ def all_reduce_sum(value: tf.Tensor, group_assignment=None, name: Optional[str] 
   def merge(values):
     for i, v in enumerate(values):
       if v.dtype != values[0].dtype or not v.shape.is_compatible_with(values[0].shape):
-        raise ValueError('cross_replica_sum: replica {} passed {} {} but replica 0 passed {} {}.'.format(
-            i, v.dtype.name, v.shape, values[0].dtype.name, values[0].shape))
+        raise ValueError(
+            'Replicas diverged: in a cross_replica_sum, replica {} passed {} {} but replica 0 passed {} {}. '
+            'Every replica must make the same reductions, in the same order, on tensors of the same shape.'
+            .format(i, v.dtype.name, v.shape, values[0].dtype.name, values[0].shape))
     with tf.name_scope(name or 'cross_replica_sum'):
       return _sum_groups(values, coordinator.devices, group_assignment)
 
