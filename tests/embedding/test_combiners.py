@@ -262,3 +262,31 @@ def test_empty_batch():
   np.testing.assert_array_equal(out.numpy(), np.zeros((2, DIM)))
   grads = combiners.backprop(tf.ones([2, DIM]), tb.features['f'], tb.num_unique)
   assert grads.shape == (0, DIM)
+
+
+def test_backprop_table_equals_sum_of_feature_backprops():
+  table = Table(VOCAB, DIM, 'sqrtn')
+  config = {'a': Feature(table), 'b': Feature(table, max_sequence_length=2), 'c': Feature(table)}
+  features = {'a': tf.ragged.constant(IDS, tf.int64), 'b': tf.ragged.constant([[4, 4, 1], [11]], tf.int64),
+              'c': tf.ragged.constant(IDS, tf.int64).to_sparse()}
+  (tb,) = preprocessing.preprocess_features(features, config).values()
+  grads = {'a': tf.constant(RNG.normal(size=(4, DIM)), tf.float32),
+           'b': tf.constant(RNG.normal(size=(2, 2, DIM)), tf.float32),
+           'c': None}
+  ours = combiners.backprop_table(grads, tb)
+  expected = sum(combiners.backprop(grads[k], tb.features[k], tb.num_unique) for k in ('a', 'b'))
+  np.testing.assert_allclose(ours.numpy(), expected.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_sorted_and_unsorted_segment_paths_agree():
+  feature = Feature(Table(VOCAB, DIM, 'mean'))
+  ragged = tf.ragged.constant(IDS + [[]], tf.int64)  # Trailing empty row: the sorted path pads it.
+  (tb,) = preprocessing.preprocess_features({'f': ragged}, {'f': feature}).values()
+  seg = tb.features['f']
+  assert seg.sorted_segments
+  rows = tf.gather(TABLE, tb.unique_ids)
+  fast = combiners.combine(rows, seg)
+  slow = combiners.combine(rows, dataclasses.replace(seg, sorted_segments=False))
+  assert fast.shape == slow.shape == (5, DIM)
+  np.testing.assert_allclose(fast.numpy(), slow.numpy(), rtol=1e-6)
+  np.testing.assert_array_equal(fast.numpy()[4], 0.0)

@@ -140,15 +140,26 @@ def test_random_ragged_and_sparse_inputs_match_numpy_reference(case):
       seg = batch.features[k]
       assert seg.unique_index.dtype == tf.int32 and seg.segment_ids.dtype == tf.int32
       assert seg.gains.dtype == tf.float32
-      assert_gains_equal(got_feature(batch, seg), ref_feature(lists, table.combiner, seq_len))
-      inner = len(lists) // b if b else None
+      expected_gains = ref_feature(lists, table.combiner, seq_len)
+      assert_gains_equal(got_feature(batch, seg), expected_gains)
+      assert seg.sorted_segments == (k_kind := ('ragged' if isinstance(inputs[k], tf.RaggedTensor) else 'sparse')
+                                    == 'ragged')
+      if seg.sorted_segments:
+        assert (np.diff(seg.segment_ids.numpy()) >= 0).all()
+      # Combining the unique rows gives what the reference gains say.
+      values = np.random.RandomState(0).normal(size=(table.vocabulary_size, 2)).astype(np.float32)
+      acts = combiners.combine(tf.gather(values, batch.unique_ids), seg).numpy().reshape(-1, 2)
+      expected = np.zeros((int(seg.num_segments), 2))
+      for (r, i), g in expected_gains.items():
+        expected[r] += g * values[i]
+      np.testing.assert_allclose(acts, expected, rtol=1e-5, atol=1e-5)
+      del k_kind
       if seq_len:
         assert seg.output_shape == [b, seq_len] and int(seg.num_segments) == b * seq_len
       elif inputs[k].shape.rank == 3:
         assert seg.output_shape == [b, 2] and int(seg.num_segments) == b * 2
       else:
         assert seg.output_shape == [b] and int(seg.num_segments) == b
-      del inner
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -434,3 +445,28 @@ def test_tf1_session_and_while_loop_and_graph_assert():
         sess.run(out, bad)
       with pytest.raises(tf.errors.InvalidArgumentError, match=pattern):
         sess.run(total, bad)
+
+
+def test_table_batches_flatten_and_pack_with_tf_nest():
+  features, weights = _inputs()
+  spec = {'a': tf.RaggedTensorSpec([None, None], tf.int64), 'b': tf.RaggedTensorSpec([None, None], tf.int32)}
+
+  @tf.function(input_signature=[spec])
+  def fn(f):
+    batches = pp.preprocess_features(f, CONFIG)
+    flat = tf.nest.flatten(batches)
+    assert all(isinstance(t, tf.Tensor) for t in flat)
+    return tf.nest.pack_sequence_as(batches, flat)  # Dynamic batch dims travel as tensors.
+
+  eager = pp.preprocess_features(features, CONFIG)
+  graph = fn(features)
+  assert list(eager) == list(graph)
+  for name in eager:
+    np.testing.assert_array_equal(eager[name].unique_ids, graph[name].unique_ids)
+    for key, seg in eager[name].features.items():
+      other = graph[name].features[key]
+      for field in ('unique_index', 'segment_ids', 'gains', 'num_segments'):
+        np.testing.assert_array_equal(getattr(seg, field), getattr(other, field))
+      assert [int(d) for d in other.output_shape] == seg.output_shape
+  seg = graph['t2'].features['b']
+  assert seg.is_sequence and seg.sorted_segments and int(seg.output_shape[0]) == 2 and seg.output_shape[1] == 2
