@@ -217,10 +217,17 @@ class EmbeddingEngine(tf.Module):
                         g, f"Non-finite embedding gradient for table '{name}' (features {features})")
             gates.extend(grads.values())
             ops = []
+            learning_rates: Dict[int, Any] = {}  # A callable learning rate is evaluated once per optimizer.
             with tf.control_dependencies(gates if not tf.executing_eagerly() else None):
                 for name, table in self._tables.items():
                     batch = self._batch(batches, name)
-                    ops.append(table.apply_gradients(batch.unique_ids, grads[name], learning_rate_override))
+                    lr = learning_rate_override
+                    if lr is None:
+                        opt = table.optimizer
+                        if id(opt) not in learning_rates:
+                            learning_rates[id(opt)] = opt.learning_rate_tensor()
+                        lr = learning_rates[id(opt)]
+                    ops.append(table.apply_gradients(batch.unique_ids, grads[name], lr))
             if tf.executing_eagerly():
                 return None
             return tf.group(*[op for op in ops if op is not None])

@@ -23,8 +23,6 @@ import tensorflow as tf
 from embedding import checkpointing
 from embedding import preprocessing
 
-PARTITION_STRATEGIES = ("div", "mod")
-
 DeviceLike = Optional[Union[str, tf.DeviceSpec]]
 
 

@@ -329,3 +329,16 @@ def test_tf2_checkpoint_uses_upstream_layout(tmp_path):
     other = EmbeddingEngine(_feature_config(), optimizers.Adam(0.05), num_shards=3, partition_strategy="mod")
     tf.train.Checkpoint(embedding=other).read(path).assert_consumed()
     assert_state_close(engine_state(other), engine_state(engine), tol=0)
+
+
+def test_callable_learning_rate_evaluated_once_per_step():
+    calls = []
+
+    def lr():
+        calls.append(1)
+        return 0.1
+
+    engine = EmbeddingEngine(_feature_config("sum"), optimizers.SGD(lr), num_shards=2, devices=CPUS)
+    train_eager(engine)
+    assert len(calls) == len(BATCHES)  # Two tables share the global optimizer: one evaluation per step.
+    assert_state_close(engine_state(engine), reference_training("sgd", {}, 0.1, "sum"))
