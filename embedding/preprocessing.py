@@ -24,7 +24,17 @@ Input rules follow upstream's `TPUEmbedding.enqueue` (see SEMANTICS.md 10):
   to float32), non-negative. A weight of a sequence entry is its gain.
 
 Everything is vectorised TensorFlow (no Python loop over data, no work proportional to the vocabulary) and
-runs eagerly, inside `tf.function`, in TF1 graphs and inside `tf.compat.v1.while_loop` bodies.
+runs eagerly, inside `tf.function`, in TF1 graphs and inside `tf.compat.v1.while_loop` bodies. `TableBatch` and
+`FeatureSegments` support `tf.nest` (flatten to tensors, pack back), e.g. to pass them through queues.
+
+Choices where upstream is silent or differs:
+
+* A row whose weights sum to 0 (mean) or whose squared weights sum to 0 (sqrtn) gives zeros, not NaN.
+* Dense ids of a sequence feature are `[B, L']` sequences (also `[B, 1]`: a sequence of length 1, output
+  `[B, L, dim]`), where upstream TPU rejects `L' != 1` and upstream serving rejects dense sequence input.
+* Weights of sequence features are kept as gains (upstream serving refuses them; the TPU path uses them).
+* Run-time validation messages name feature and table; graph-mode `Assert` output escapes their quotes
+  (`Feature \\'a\\'`).
 """
 
 import collections
@@ -264,15 +274,15 @@ def _check_no_extra_keys(config: Any, values: Any, what: str, prefix: Tuple = ()
     if len(values) != len(config):
       raise ValueError(f'The {what} have {len(values)} entries at {"/".join(map(str, prefix)) or "<root>"}, '
                        f'feature_config has {len(config)}.')
-    for c, v in zip(config, values):
-      _check_no_extra_keys(c, v, what, prefix)
+    for i, (c, v) in enumerate(zip(config, values)):
+      _check_no_extra_keys(c, v, what, prefix + (i,))
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Per-feature conversion to COO entries.
 
 
-def _static_output_shape(feature: Any) -> Optional[List[int]]:
+def _static_output_shape(feature: Any, ctx: str) -> Optional[List[int]]:
   shape = getattr(feature, 'output_shape', None)
   if shape is None:
     return None
@@ -281,7 +291,7 @@ def _static_output_shape(feature: Any) -> Optional[List[int]]:
     return None
   dims = shape.as_list()
   if any(d is None for d in dims):
-    raise ValueError(f'output_shape {dims} of feature {getattr(feature, "name", None)!r} must be fully defined.')
+    raise ValueError(f'{ctx}: output_shape {dims} must be fully defined.')
   return dims
 
 
@@ -290,9 +300,7 @@ def _to_input(value: Any) -> Any:
     return value
   if isinstance(value, tf.compat.v1.SparseTensorValue):
     return tf.SparseTensor.from_value(value)
-  if isinstance(value, tf.Variable):
-    return tf.convert_to_tensor(value)
-  return tf.convert_to_tensor(value)
+  return tf.convert_to_tensor(value)  # NumPy arrays, lists, variables.
 
 
 def _check_id_dtype(dtype: tf.DType, ctx: str) -> None:
@@ -478,7 +486,7 @@ def _feature_to_coo(value: Any, weight: Any, feature: Any, key: str, table_name:
   else:
     _check_id_dtype(value.dtype, ctx)
   seq_len = int(getattr(feature, 'max_sequence_length', 0) or 0)
-  out_shape = _static_output_shape(feature)
+  out_shape = _static_output_shape(feature, ctx)
   weights = None
   if weight is not None:
     weight = _to_input(weight)
