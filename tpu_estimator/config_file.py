@@ -276,7 +276,9 @@ def _type_name(tp: Any) -> str:
   if tp is type(None):
     return 'null'
   if origin is Union:
-    return ' or '.join(_type_name(a) for a in typing.get_args(tp))
+    args = typing.get_args(tp)
+    names = [_type_name(a) for a in args if a is not type(None)]
+    return ' or '.join(names + (['null'] if type(None) in args else []))
   if origin is Literal:
     return 'one of ' + ', '.join(repr(a) for a in typing.get_args(tp))
   if origin in (list, List):
@@ -320,8 +322,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         return _convert(value, arg, path)
       except ValueError as e:
         errors.append(e)
-    if len(errors) == 1:
-      raise errors[0]
+    if len(errors) == 1 and not str(errors[0]).startswith(f'{where}: expected'):
+      raise errors[0]  # a problem deeper inside the value: keep its path
     raise ValueError(f'{where}: expected {_type_name(tp)}, got {_describe(value)}')
   if origin is Literal:
     choices = typing.get_args(tp)
