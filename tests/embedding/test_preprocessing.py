@@ -88,18 +88,23 @@ def feature_sets(draw):
   config, inputs, weights, reference = {}, {}, {}, {}
   for f in range(num_features):
     table = tables[draw(st.integers(0, num_tables - 1))]
-    kind = draw(st.sampled_from(['ragged', 'sparse', 'sparse3']))
+    kind = draw(st.sampled_from(['ragged', 'sparse', 'sparse3', 'dense']))
     seq_len = 0 if kind == 'sparse3' else draw(st.sampled_from([0, 0, 1, 3]))
     batch = draw(st.integers(0, 5))
     inner = 2 if kind == 'sparse3' else 1  # rank-3 sparse: [batch, inner, positions].
-    weighted = draw(st.booleans())
+    weighted = kind != 'dense' and draw(st.booleans())
+    # Dense ids: [batch, 1] (one id per row), or [batch, width] full sequences for sequence features.
+    dense_width = (draw(st.integers(1, 4)) if seq_len else 1) if kind == 'dense' else None
     lists = [[(draw(st.integers(0, table.vocabulary_size - 1)),
                draw(st.sampled_from([0.0, 0.5, 1.0, 2.5])) if weighted else 1.0)
-              for _ in range(draw(st.integers(0, 4)))] for _ in range(batch * inner)]
+              for _ in range(dense_width or draw(st.integers(0, 4)))] for _ in range(batch * inner)]
     key = f'f{f}'
     config[key] = Feature(table, max_sequence_length=seq_len)
     reference[key] = (lists, seq_len, batch)
-    if kind == 'ragged':
+    if kind == 'dense':
+      ids = tf.constant([[i for i, _ in r] for r in lists], tf.int32, shape=[batch, dense_width])
+      w = None
+    elif kind == 'ragged':
       splits = np.cumsum([0] + [len(r) for r in lists])
       ids = tf.RaggedTensor.from_row_splits(
           tf.constant([i for r in lists for i, _ in r], tf.int64), tf.constant(splits, tf.int64))
@@ -142,8 +147,7 @@ def test_random_ragged_and_sparse_inputs_match_numpy_reference(case):
       assert seg.gains.dtype == tf.float32
       expected_gains = ref_feature(lists, table.combiner, seq_len)
       assert_gains_equal(got_feature(batch, seg), expected_gains)
-      assert seg.sorted_segments == (k_kind := ('ragged' if isinstance(inputs[k], tf.RaggedTensor) else 'sparse')
-                                    == 'ragged')
+      assert seg.sorted_segments == (not isinstance(inputs[k], tf.SparseTensor))
       if seg.sorted_segments:
         assert (np.diff(seg.segment_ids.numpy()) >= 0).all()
       # Combining the unique rows gives what the reference gains say.
@@ -153,7 +157,6 @@ def test_random_ragged_and_sparse_inputs_match_numpy_reference(case):
       for (r, i), g in expected_gains.items():
         expected[r] += g * values[i]
       np.testing.assert_allclose(acts, expected, rtol=1e-5, atol=1e-5)
-      del k_kind
       if seq_len:
         assert seg.output_shape == [b, seq_len] and int(seg.num_segments) == b * seq_len
       elif inputs[k].shape.rank == 3:
