@@ -120,3 +120,42 @@ def summary_writer_flush_ops(init_ops: list) -> list:
   """Flush ops for the writers whose initialisers are `init_ops`."""
   from tensorflow.python.ops import summary_ops_v2  # pylint: disable=g-import-not-at-top
   return [summary_ops_v2.legacy_raw_flush(writer=op.inputs[0]) for op in init_ops]
+
+
+_VARIABLE_WRITE_PREFIXES = ('Assign', 'ResourceApply', 'ResourceSparseApply', 'ResourceScatter')
+
+
+def order_variable_writes_after(tensors, candidate_ops) -> int:
+  """Makes the variable writes among `candidate_ops` wait for `tensors`, unless they feed them.
+
+  On a TPU, every variable read inside a step sees the value from before the step, so a `host_call` that is
+  passed `global_step` sees the step being run. In a dataflow graph the read races with the update; this adds
+  control edges from the host-call tensors to the writes (skipping writes the tensors depend on).
+
+  Returns:
+    The number of writes that were ordered.
+  """
+  roots = [t.op if hasattr(t, 'op') else t for t in tensors]
+  ancestors = set()
+  stack = list(roots)
+  while stack:
+    op = stack.pop()
+    if op in ancestors:
+      continue
+    ancestors.add(op)
+    stack.extend(t.op for t in op.inputs)
+    stack.extend(op.control_inputs)
+  graph = roots[0].graph if roots else None
+  initializers = set()
+  if graph is not None:
+    for key in (tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.LOCAL_VARIABLES):
+      initializers.update(v.initializer for v in graph.get_collection(key))
+  context = roots[0]._get_control_flow_context() if roots else None  # pylint: disable=protected-access
+  count = 0
+  for op in candidate_ops:
+    if (op in ancestors or op in initializers or not op.type.startswith(_VARIABLE_WRITE_PREFIXES) or
+        op._get_control_flow_context() is not context):  # pylint: disable=protected-access
+      continue
+    op._add_control_inputs(roots)  # pylint: disable=protected-access
+    count += 1
+  return count

@@ -5,7 +5,10 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib
+from tpu_estimator import _tf_internal
+from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator import hooks as hooks_lib
+from tpu_estimator import rewrite as rewrite_lib
 from tpu_estimator import sharded_modes
 from tpu_estimator.context import ShardingContext
 from tpu_estimator.spec import TPUEstimatorSpec
@@ -14,6 +17,8 @@ from tpu_estimator.tpu_config import InputPipelineConfig
 
 ModeKeys = _estimator_lib.ModeKeys
 _RESERVED_PARAMS_KEYS = ['batch_size', 'context']
+# The mode of the {serve, tpu} export metagraph (upstream's name).
+INFERENCE_ON_TPU_MODE = '_inference_on_tpu'
 
 
 class ExportSavedModelApiVersion(enum.Enum):
@@ -186,6 +191,8 @@ class TPUEstimator(_estimator_lib.Estimator):
     def _model_fn(features, labels, mode, config, params):
       is_export_mode = not self._is_input_fn_invoked
       self._is_input_fn_invoked = None
+      if mode == INFERENCE_ON_TPU_MODE:
+        return self._call_for_tpu_export(model_fn, features, labels, config, params)
       ctx = self._sharding_context(mode)
       if isinstance(features, DeferredInput):
         ctx.validate()
@@ -200,13 +207,53 @@ class TPUEstimator(_estimator_lib.Estimator):
     if not is_export_mode and ctx.global_batch_size is not None:
       params['batch_size'] = ctx.global_batch_size
     params['use_tpu'] = False
+    graph = tf.compat.v1.get_default_graph()
+    first_op = len(graph.get_operations())
     spec = call_user_model_fn(model_fn, features, labels, mode, config, params)
     if isinstance(spec, TPUEstimatorSpec):
+      model_ops = graph.get_operations()[first_op:]
+      if spec.host_call is not None:
+        _tf_internal.order_variable_writes_after(host_calls_lib.flatten_tensors(spec.host_call), model_ops)
       spec = spec.as_estimator_spec()
     if mode == ModeKeys.TRAIN and not is_export_mode:
       spec = spec._replace(training_hooks=tuple(spec.training_hooks) + tuple(self._progress_hooks(
           ctx, spec.loss, every_n_runs=self._log_every_n_steps)))
     return spec
+
+  def _call_for_tpu_export(self, model_fn, features, labels, config, params):
+    """The PREDICT graph of the {serve, tpu} metagraph: `params['use_tpu']=True`; API V1 wraps it in `rewrite`."""
+    params = dict(params)
+    params['use_tpu'] = True
+    mode = ModeKeys.PREDICT
+
+    def build():
+      spec = call_user_model_fn(model_fn, features, labels, mode, config, params)
+      return spec.as_estimator_spec() if isinstance(spec, TPUEstimatorSpec) else spec
+
+    if self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1):
+      captured = []
+      rewrite_lib.rewrite(lambda: captured.append(build()))
+      return captured[0]
+    return build()
+
+  def _add_meta_graph_for_mode(self, builder, input_receiver_fn_map, checkpoint_path, save_variables=True,
+                               mode=ModeKeys.PREDICT, export_tags=None, check_variables=True,
+                               strip_default_attrs=True):
+    """Adds the {serve} metagraph (export_to_cpu) and/or the {serve, tpu} one (export_to_tpu)."""
+    if self._export_to_tpu and mode != ModeKeys.PREDICT:
+      raise NotImplementedError('TPUEstimator only handles mode PREDICT for exporting when `export_to_tpu` is '
+                                '`True`; got {}.'.format(mode))
+    if self._export_to_cpu:
+      super(TPUEstimator, self)._add_meta_graph_for_mode(
+          builder, input_receiver_fn_map, checkpoint_path, save_variables, mode=mode, export_tags=export_tags,
+          check_variables=check_variables, strip_default_attrs=strip_default_attrs)
+    if self._export_to_tpu:
+      first = not self._export_to_cpu
+      super(TPUEstimator, self)._add_meta_graph_for_mode(
+          builder, {INFERENCE_ON_TPU_MODE: input_receiver_fn_map[mode]}, checkpoint_path,
+          save_variables=first and save_variables, mode=INFERENCE_ON_TPU_MODE,
+          export_tags=[tf.saved_model.SERVING, tf.saved_model.TPU], check_variables=first,
+          strip_default_attrs=strip_default_attrs)
 
   def _progress_hooks(self, ctx: ShardingContext, loss, every_n_runs: Optional[int]):
     """Loss/step logging and examples/sec, as upstream installs them."""

@@ -149,7 +149,10 @@ class ShardedModeBuilder(object):
     captured = {}
 
     def body(step, unused_loss):
+      graph = tf.compat.v1.get_default_graph()
+      first_op = len(graph.get_operations())
       specs = self._build_replicas(pipeline.next_step(), ModeKeys.TRAIN)
+      replica_ops = graph.get_operations()[first_op:]
       if ctx.num_replicas > 1 and replication.run_replicated.last_num_reductions == 0:
         raise ValueError('CrossShardOptimizer must be used for model training on TPUs.')
       spec = specs[0]
@@ -159,8 +162,10 @@ class ShardedModeBuilder(object):
       side_effects = [spec.train_op]
       host_call = getattr(spec, 'host_call', None)
       if host_call is not None:
-        side_effects.append(self._enqueue_host_call(host_call, [s.host_call for s in specs], step, every_n,
-                                                    captured))
+        enqueue, host_tensors = self._enqueue_host_call(host_call, [s.host_call for s in specs], step, every_n,
+                                                        captured)
+        _tf_internal.order_variable_writes_after(host_tensors, replica_ops)
+        side_effects.append(enqueue)
       with tf.control_dependencies(side_effects):
         loss = tf.identity(tf.cast(spec.loss, tf.float32))
       return step + 1, loss
@@ -203,9 +208,9 @@ class ShardedModeBuilder(object):
         captured['host_queue'] = (queue, flat)
       queue = captured['host_queue'][0]
       if every_n == 1:
-        return queue.enqueue(flat)
+        return queue.enqueue(flat), flat
       return tf.compat.v1.cond(tf.equal(tf.math.floormod(step, every_n), 0), lambda: queue.enqueue(flat),
-                               tf.no_op)
+                               tf.no_op), flat
 
   # ---- EVAL -----------------------------------------------------------------------------------------------
 
