@@ -145,6 +145,12 @@ def _host_device(device: DeviceLike) -> str:
     return spec.replace(device_type="CPU", device_index=0).to_string()
 
 
+def _scope_name(name: str) -> str:
+    """A valid TF name-scope for a table name (table names are free-form)."""
+    cleaned = "".join(c if c.isalnum() or c in "._-/" else "_" for c in name).strip("/")
+    return cleaned if cleaned and (cleaned[0].isalnum() or cleaned[0] == ".") else "t" + cleaned
+
+
 def _scatter_update(var: tf.Variable, indices: tf.Tensor, values: tf.Tensor):
     return tf.raw_ops.ResourceScatterUpdate(resource=var.handle, indices=indices, updates=values)
 
@@ -182,7 +188,11 @@ class ShardedTable(tf.Module):
             raise ValueError("ShardedTable needs a name (table_config.name or name=).")
         super().__init__(name=None)
         self._table_name = table_name
+        self._scope = _scope_name(table_name)
         self._table_config = table_config
+        if optimizer is not None and not hasattr(optimizer, "apply_rows"):
+            from embedding import optimizers  # pylint: disable=import-outside-toplevel
+            optimizer = optimizers.to_optimizer(optimizer)  # Estimator-style *Parameters or upstream objects.
         self._optimizer = optimizer
         self._dim = int(table_config.dim)
         self._layout = ShardLayout(table_config.vocabulary_size, num_shards, partition_strategy)
@@ -227,7 +237,7 @@ class ShardedTable(tf.Module):
     def _create_shards(self, prefix: str, initializer: Callable) -> List[tf.Variable]:
         shards = []
         with tf.init_scope():
-            with tf.name_scope(self._table_name + "/"):
+            with tf.name_scope(self._scope + "/"):
                 for k in range(self._layout.num_shards):
                     init = make_shard_initial_value(initializer, self._layout, k, self._dim)
                     shards.append(checkpointing.create_shard_variable(init, f"{prefix}_{k}", self._devices[k]))
@@ -326,7 +336,7 @@ class ShardedTable(tf.Module):
           float32 `[U, dim]`.
         """
         ids = tf.cast(tf.convert_to_tensor(unique_ids), tf.int64)
-        with tf.name_scope(f"{self._table_name}_lookup"):
+        with tf.name_scope(f"{self._scope}_lookup"):
             parts, positions = self._split_by_shard(ids)
             rows = []
             for k, (local,) in enumerate(parts):
@@ -358,7 +368,7 @@ class ShardedTable(tf.Module):
         opt = self._optimizer
         ids = tf.cast(tf.convert_to_tensor(unique_ids), tf.int64)
         grads = tf.convert_to_tensor(grads, dtype=tf.float32)
-        with tf.name_scope(f"{self._table_name}_apply"):
+        with tf.name_scope(f"{self._scope}_apply"):
             lr = opt.learning_rate_tensor() if learning_rate is None else learning_rate
             lr = tf.cast(tf.convert_to_tensor(lr), tf.float32)
             parts, _ = self._split_by_shard(ids, grads)

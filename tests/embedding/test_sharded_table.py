@@ -402,3 +402,13 @@ def test_restore_with_wrong_shape_is_a_clear_error():
     table = _table(None, 2, "div")
     with pytest.raises(ValueError, match="expected"):
         table.assign_full_table(np.zeros([VOCAB + 1, DIM], np.float32))
+
+
+def test_free_form_table_name_and_estimator_style_parameters():
+    tc = config.TableConfig(VOCAB, DIM, initializer=tf.constant_initializer(_full()), name="tbl_x emb:weights")
+    table = ShardedTable(tc, optimizers.AdagradParameters(0.1), 2, CPUS, "mod")
+    assert table.slot_names == ["accumulators"]
+    ids = STEPS[0][0]
+    table.apply_gradients(ids, _grads(0, ids))
+    expected = ref.lazy_table_step("adagrad", ref.init_state("adagrad", _full()), ids, _grads(0, ids), 0.1)
+    np.testing.assert_allclose(table.read_full_table().numpy(), expected["params"], rtol=1e-5)
