@@ -1,0 +1,251 @@
+"""CPU serving lookups on full (logical) tables: `serving_embedding_lookup` and `TPUEmbeddingForServing`.
+
+Plain TensorFlow ops only (gathers and `tf.nn.safe_embedding_lookup_sparse`), so exported SavedModels run on any
+TensorFlow runtime. Results have the shapes of the training path (`TPUEmbedding.dequeue`):
+
+- dense ids `[B]` or `[B, ..., 1]`: `[B, ..., dim]` (upstream's CPU path returns `[B, 1, dim]` for `[B, 1]`);
+  dense `[B, L']` ids of a sequence feature: `[B, L, dim]`, truncated or zero-padded (as training accepts them);
+- sparse ids: safe sparse lookup with the table's combiner (empty rows give zeros; ids < 0 and weights <= 0 are
+  pruned); rank-2 sparse ids of a sequence feature: `[B, L, dim]`;
+- ragged ids: combined `[B, dim]`, or a sequence `[B, L, dim]` (`max_sequence_length`, or an `output_shape` that is
+  a multiple of the batch);
+- weights of sequence features scale their rows, as in training (upstream's CPU path rejects them);
+- an `output_shape` in the FeatureConfig reshapes the result to `output_shape + [dim]`.
+"""
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from embedding import config as config_lib
+from embedding import preprocessing
+from embedding.engine import EmbeddingEngine
+
+__all__ = ["serving_embedding_lookup", "TPUEmbeddingForServing"]
+
+
+def _shards(table: Any) -> Any:
+    """A lookup-able params object: a list of 'div' shards, or the table itself."""
+    if isinstance(table, (list, tuple)):
+        return list(table)
+    variables = getattr(table, "variables", None)
+    if type(table).__name__ == "ShardedVariable" and variables:
+        return list(variables)
+    return table
+
+
+def _gather(table: Any, ids: Any) -> tf.Tensor:
+    params = _shards(table)
+    if isinstance(params, list):
+        return tf.nn.embedding_lookup(params, ids)  # TF2: 'div' partitioning, the layout of our shards.
+    return tf.gather(params, ids)
+
+
+def _find_table(tables: Dict[Any, Any], feature: Any, path: str) -> Any:
+    table = feature.table
+    candidates = [table, getattr(table, "source", None), getattr(table, "name", None)]
+    ours = config_lib.as_table_config(table) if not isinstance(table, config_lib.TableConfig) else table
+    candidates += [ours, ours.name]
+    for key in candidates:
+        if key is None:
+            continue
+        try:
+            if key in tables:
+                return tables[key]
+        except TypeError:
+            continue
+    raise ValueError(f"No table for feature {path} (table {getattr(table, 'name', None)!r}) in `tables`.")
+
+
+def _paths(feature_config: Any):
+    pairs = preprocessing.feature_paths(feature_config)
+    return [key for key, _ in pairs], [f for _, f in pairs]
+
+
+def _output_shape(feature: Any) -> Optional[list]:
+    shape = tf.TensorShape(getattr(feature, "output_shape", None))
+    if shape.rank is None or shape.rank == 0:
+        return None
+    return shape.as_list()
+
+
+def _reshape(result: tf.Tensor, out_shape: Optional[list], dim: int) -> tf.Tensor:
+    if out_shape is None:
+        return result
+    return tf.reshape(result, out_shape + [dim])
+
+
+def _dense_lookup(inp: tf.Tensor, table: Any, feature: Any, dim: int, path: str) -> tf.Tensor:
+    rank = inp.shape.rank
+    seq_len = int(feature.max_sequence_length or 0)
+    out_shape = _output_shape(feature)
+    if rank == 0:
+        raise ValueError(f"Feature {path}: only rank 1 and above dense tensors are supported.")
+    if seq_len > 0 and out_shape is None and rank == 2:
+        ids = inp[:, :seq_len]
+        rows = _gather(table, ids)
+        pad = seq_len - tf.shape(ids)[1]
+        return tf.pad(rows, [[0, 0], [0, pad], [0, 0]])
+    if rank is not None and rank >= 2:
+        if inp.shape[-1] != 1:
+            raise ValueError(f"Feature {path}: rank 2 or above dense tensor should have last dimension as 1, got "
+                             f"shape {inp.shape}.")
+        inp = tf.squeeze(inp, axis=-1)
+    return _reshape(_gather(table, inp), out_shape, dim)
+
+
+def _sparse_lookup(inp: tf.SparseTensor, weight: Optional[tf.SparseTensor], table: Any, feature: Any, dim: int
+                   ) -> tf.Tensor:
+    seq_len = int(feature.max_sequence_length or 0)
+    out_shape = _output_shape(feature)
+    if out_shape is None and seq_len > 0 and inp.shape.rank in (None, 2):
+        batch = tf.shape(inp, out_type=tf.int64)[0]
+        keep = inp.indices[:, 1] < seq_len
+        indices = tf.boolean_mask(inp.indices, keep)
+        rows = _gather(table, tf.boolean_mask(inp.values, keep))
+        if weight is not None:
+            rows = rows * tf.cast(tf.boolean_mask(weight.values, keep), rows.dtype)[:, None]
+        return tf.scatter_nd(indices, rows, tf.stack([batch, seq_len, dim]))
+    combined = tf.nn.safe_embedding_lookup_sparse(
+        _shards(table), inp, sparse_weights=weight, combiner=feature.table.combiner)
+    return _reshape(combined, out_shape, dim)
+
+
+def _ragged_combine(table: Any, inp: tf.RaggedTensor, weight: Optional[tf.RaggedTensor], combiner: str):
+    w = tf.ones_like(inp, dtype=tf.float32) if weight is None else tf.cast(weight, tf.float32)
+    w = tf.expand_dims(w, axis=2)
+    rows = tf.ragged.map_flat_values(lambda ids: _gather(table, ids), inp)
+    total = tf.reduce_sum(rows * w, axis=1)
+    if combiner == "mean":
+        total = tf.math.divide_no_nan(total, tf.reduce_sum(w, axis=1))
+    elif combiner == "sqrtn":
+        total = tf.math.divide_no_nan(total, tf.sqrt(tf.reduce_sum(w * w, axis=1)))
+    return total
+
+
+def _ragged_sequence(table: Any, inp: tf.RaggedTensor, weight: Optional[tf.RaggedTensor], batch: Any,
+                     seq_len: int, dim: int) -> tf.Tensor:
+    rows = tf.ragged.map_flat_values(lambda ids: _gather(table, ids), inp)
+    if weight is not None:
+        rows = rows * tf.expand_dims(tf.cast(weight, rows.dtype), 2)
+    return rows.to_tensor(shape=[batch, seq_len, dim])
+
+
+def _ragged_lookup(inp: tf.RaggedTensor, weight: Optional[tf.RaggedTensor], table: Any, feature: Any, dim: int,
+                   path: str) -> tf.Tensor:
+    if inp.shape.rank != 2:
+        raise ValueError(f"Only rank 2 ragged tensor is supported, but got rank {inp.shape.rank} (feature {path}).")
+    batch = inp.shape[0]
+    out_shape = _output_shape(feature)
+    combiner = feature.table.combiner
+    if out_shape is not None:
+        total = int(np.prod(out_shape))
+        if total == batch:
+            return tf.reshape(_ragged_combine(table, inp, weight, combiner), out_shape + [dim])
+        if batch and total > batch and total % batch == 0:
+            seq = _ragged_sequence(table, inp, weight, batch, total // batch, dim)
+            return tf.reshape(seq, out_shape + [dim])
+        raise ValueError(f"Output shape set in the FeatureConfig should be the factor of the input data batch size. "
+                         f"But instead got output shape {out_shape}, input data batch size {batch}")
+    if feature.max_sequence_length > 0:
+        return _ragged_sequence(table, inp, weight, batch if batch is not None else inp.nrows(),
+                                int(feature.max_sequence_length), dim)
+    return _ragged_combine(table, inp, weight, combiner)
+
+
+def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Dict[Any, Any], feature_config: Any
+                             ) -> Any:
+    """Embedding lookups with plain TensorFlow ops on full tables (for CPU serving and export).
+
+    Args:
+      inputs: A nest like `feature_config` of dense / sparse / ragged int ids.
+      weights: None, or a matching nest of weights (None entries allowed; not for dense ids).
+      tables: `{TableConfig (or table name): table}`; a table is a `tf.Variable`/tensor `[vocab, dim]`, a
+        `ShardedVariable`, or a list of 'div' shards (e.g. `TPUEmbedding.embedding_tables`).
+      feature_config: A nest of `FeatureConfig` (ours or upstream's).
+
+    Returns:
+      A nest like `inputs` of float32 activations (shapes: see the module docstring).
+
+    Raises:
+      ValueError: structure mismatch, weights for dense ids, weight type mismatch, bad ranks, missing tables.
+    """
+    tf.nest.assert_same_structure(inputs, feature_config)
+    flat_inputs = tf.nest.flatten(inputs)
+    flat_weights = [None] * len(flat_inputs)
+    if weights is not None:
+        tf.nest.assert_same_structure(inputs, weights)
+        flat_weights = tf.nest.flatten(weights)
+    paths, flat_features = _paths(feature_config)
+    outputs = []
+    for inp, weight, path, feature in zip(flat_inputs, flat_weights, paths, flat_features):
+        table = _find_table(tables, feature, path)
+        dim = int(feature.table.dim)
+        if isinstance(inp, (np.ndarray, list, int)):
+            inp = tf.convert_to_tensor(inp)
+        if weight is not None:
+            if isinstance(inp, tf.Tensor):
+                raise ValueError(f"Weight specified for {path}, but input is dense.")
+            if type(weight) is not type(inp):
+                raise ValueError(f"Weight for {path} is of type {type(weight)} but it does not match type of the "
+                                 f"input which is {type(inp)}.")
+        if isinstance(inp, tf.Tensor):
+            outputs.append(_dense_lookup(inp, table, feature, dim, path))
+        elif isinstance(inp, tf.SparseTensor):
+            outputs.append(_sparse_lookup(inp, weight, table, feature, dim))
+        elif isinstance(inp, tf.RaggedTensor):
+            outputs.append(_ragged_lookup(inp, weight, table, feature, dim, path))
+        else:
+            raise ValueError(f"Input {path} is type {type(inp)}. Tensor, SparseTensor or RaggedTensor expected.")
+    return tf.nest.pack_sequence_as(feature_config, outputs)
+
+
+class TPUEmbeddingForServing(tf.Module):
+    """Full (unsharded) tables for CPU serving, restorable from any `TPUEmbedding`/`TPUEmbeddingV2` checkpoint.
+
+    The checkpoint layout is the logical one (`{table}`, `{table}/{slot}`), so checkpoints written with any number
+    of replicas or shards restore here.
+
+    Args:
+      feature_config: A nest of `FeatureConfig` (ours or upstream's).
+      optimizer: Global optimizer (creates slot variables, so full training checkpoints restore without
+        warnings about unused values) or None (tables only).
+    """
+
+    def __init__(self, feature_config: Any, optimizer: Any = None):
+        super().__init__(name=None)
+        with tf.init_scope():
+            self._engine = EmbeddingEngine(feature_config, optimizer, num_shards=1, devices=None)
+        object.__setattr__(self, "_feature_config", feature_config)
+
+    def build(self) -> None:
+        """No-op: the tables exist from construction (kept for upstream compatibility)."""
+
+    @property
+    def embedding_tables(self) -> Dict[Any, tf.Variable]:
+        """`{TableConfig: tf.Variable [vocab, dim]}`, keyed by the user's table objects."""
+        return {_user_table(t.table_config): t.shards[0] for t in self._engine.tables.values()}
+
+    def embedding_lookup(self, features: Any, weights: Optional[Any] = None) -> Any:
+        """`serving_embedding_lookup(features, weights, self.embedding_tables, feature_config)`."""
+        return serving_embedding_lookup(features, weights, self.embedding_tables, self._feature_config)
+
+    def __call__(self, features: Any, weights: Optional[Any] = None) -> Any:
+        return self.embedding_lookup(features, weights)
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        del kwargs
+        if str(getattr(save_type, "value", save_type)).lower() == "savedmodel":
+            out = {}
+            for name, table in self._engine.tables.items():
+                out[name] = table.shards[0]
+                for slot in table.slot_names:
+                    out[f"{name}/{slot}"] = table.slot_shards(slot)[0]
+            return out
+        return self._engine.logical_tensors()
+
+
+def _user_table(table: Any) -> Any:
+    source = getattr(table, "source", None)
+    return source if source is not None else table
