@@ -124,6 +124,18 @@ class _Source(object):
         self._iterator = None
     self._device = device
 
+  def get_next_or_empty(self) -> Tuple[Tuple[Any, Any], tf.Tensor, Callable[[], tf.Tensor]]:
+    """The next element, or an empty (0-row) one at the end; with `has_value` and an end-of-input raiser."""
+    with tf.device(self._device):
+      optional = self._iterator.get_next_as_optional()
+      spec = self._iterator.element_spec
+      empty = tf.nest.map_structure(lambda s: tf.zeros([0] + s.shape.as_list()[1:], s.dtype), spec)
+      element = tf.cond(optional.has_value(), optional.get_value, lambda: empty)
+      element = tf.nest.map_structure(lambda t, s: tf.ensure_shape(t, [None] + s.shape.as_list()[1:]),
+                                      element, spec)
+      raise_end = lambda: tf.size(tf.nest.flatten(self._iterator.get_next())[0]) < 0
+      return split_features_and_labels(element), optional.has_value(), raise_end
+
   def get_next(self) -> Tuple[Any, Any]:
     with tf.device(self._device):
       if self._iterator is not None:
@@ -209,16 +221,29 @@ class InputPipeline(object):
       per_replica = []
       masks = []
       previous = None
+      has_values = []
       for _ in range(num):
         deps = [] if previous is None or ctx.config.tpu_config.experimental_allow_per_host_v2_parallel_get_next \
             else [previous]
         with tf.control_dependencies(deps):
-          features, labels = self._sources[0].get_next()
+          if ctx.mode == ModeKeys.PREDICT:
+            # Replicas past the end of the input get an all-padding batch (upstream's stopping signals).
+            (features, labels), has_value, raise_end = self._sources[0].get_next_or_empty()
+            has_values.append(has_value)
+          else:
+            features, labels = self._sources[0].get_next()
         previous = tf.nest.flatten((features, labels))[0]
         if ctx.mode == ModeKeys.PREDICT:
           (features, labels), mask = self._pad((features, labels), ctx.global_batch_size // num)
           masks.append(mask)
         per_replica.append((features, labels))
+      if has_values:
+        with tf.device(ctx.host_device):
+          any_value = tf.reduce_any(tf.stack(has_values))
+          # At the end of the input (no replica got data) this reads the exhausted iterator: OutOfRange.
+          guard = tf.cond(any_value, lambda: tf.constant(True), raise_end)
+        with tf.control_dependencies([guard]):
+          masks = [tf.identity(m) for m in masks]
       self.padding_masks = masks or None
     elif mode == InputPipelineConfig.PER_SHARD_V1:
       per_replica = [source.get_next() for source in self._sources]
