@@ -151,7 +151,8 @@ class MalformedLineCounter:
 
   @property
   def messages(self) -> List[str]:
-    """`path:line: reason` for the first `max_logged` skipped lines."""
+    """`path:line: reason` for `max_logged` of the skipped lines (batches are parsed in parallel, so these are
+    the first ones seen, not necessarily the first in file order)."""
     with self._lock:
       return list(self._messages)
 
