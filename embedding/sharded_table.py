@@ -200,14 +200,7 @@ class ShardedTable(tf.Module):
         self._devices = [devices[k % len(devices)] for k in range(self._layout.num_shards)]
         self._host_device = _host_device(self._devices[0])
         self._slot_names = list(optimizer.slot_names()) if optimizer is not None else []
-        self.checkpoint_name = checkpoint_name or table_name
-        slot_checkpoint_names = dict(slot_checkpoint_names or {})
-        unknown = set(slot_checkpoint_names) - set(self._slot_names)
-        if unknown:
-            raise ValueError(f"Table '{table_name}': slot_checkpoint_names has unknown slots {sorted(unknown)}; "
-                             f"slots are {self._slot_names}.")
-        self.slot_checkpoint_names = {
-            s: slot_checkpoint_names.get(s, f"{self.checkpoint_name}/{s}") for s in self._slot_names}
+        self._set_names(checkpoint_name or table_name, slot_checkpoint_names)
 
         initializer = getattr(table_config, "initializer", None)
         if initializer is None:
@@ -218,6 +211,25 @@ class ShardedTable(tf.Module):
             for slot, slot_init in zip(self._slot_names, optimizer.slot_initializers()):
                 self._slot_shards[slot] = self._create_shards(f"{slot}/shard", slot_init)
 
+        self._build_logical()
+        if register_in_graph and not tf.executing_eagerly():
+            for v in self.shard_variables():
+                checkpointing.register_shard_variable(v)
+            with self._shards[0].graph.as_default():
+                checkpointing.add_saveables_to_graph(self.saveables())
+
+    # ------------------------------------------------------------------------------------- checkpoint names
+    def _set_names(self, checkpoint_name: str, slot_checkpoint_names: Optional[Mapping[str, str]]) -> None:
+        self.checkpoint_name = checkpoint_name
+        slot_checkpoint_names = dict(slot_checkpoint_names or {})
+        unknown = set(slot_checkpoint_names) - set(self._slot_names)
+        if unknown:
+            raise ValueError(f"Table '{self._table_name}': slot_checkpoint_names has unknown slots {sorted(unknown)}; "
+                             f"slots are {self._slot_names}.")
+        self.slot_checkpoint_names = {
+            s: slot_checkpoint_names.get(s, f"{self.checkpoint_name}/{s}") for s in self._slot_names}
+
+    def _build_logical(self) -> None:
         assemble, split = self._layout.assemble, self._layout.split
         self._logical = {self.checkpoint_name: checkpointing.LogicalTensor(
             self.checkpoint_name, self._shards, [self.vocabulary_size, self._dim], assemble, split,
@@ -227,11 +239,18 @@ class ShardedTable(tf.Module):
             self._logical[key] = checkpointing.LogicalTensor(
                 key, self._slot_shards[slot], [self.vocabulary_size, self._dim], assemble, split,
                 self._host_device)
-        if register_in_graph and not tf.executing_eagerly():
-            for v in self.shard_variables():
-                checkpointing.register_shard_variable(v)
-            with self._shards[0].graph.as_default():
-                checkpointing.add_saveables_to_graph(self.saveables())
+
+    def set_checkpoint_names(self, checkpoint_name: str,
+                             slot_checkpoint_names: Optional[Mapping[str, str]] = None) -> None:
+        """Renames the checkpoint keys of the table and its slots (before any saveable is registered).
+
+        The estimator learns the names upstream's CPU path would use only after `model_fn` ran.
+
+        Raises:
+          ValueError: unknown slot names.
+        """
+        self._set_names(checkpoint_name, slot_checkpoint_names)
+        self._build_logical()
 
     # ----------------------------------------------------------------------------------------------- creation
     def _create_shards(self, prefix: str, initializer: Callable) -> List[tf.Variable]:
