@@ -159,3 +159,57 @@ def order_variable_writes_after(tensors, candidate_ops) -> int:
     op._add_control_inputs(roots)  # pylint: disable=protected-access
     count += 1
   return count
+
+
+def is_tpu_embedding_column(column) -> bool:
+  """Whether `column` comes from `tf.tpu.experimental.embedding_column` / `shared_embedding_columns`."""
+  from tensorflow.python.tpu import feature_column as tpu_fc  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.tpu import feature_column_v2 as tpu_fc_v2  # pylint: disable=g-import-not-at-top
+  classes = (tpu_fc._TPUEmbeddingColumn, tpu_fc._TPUSharedEmbeddingColumn,  # pylint: disable=protected-access
+             tpu_fc_v2._TPUEmbeddingColumnV2, tpu_fc_v2._TPUSharedEmbeddingColumnV2)  # pylint: disable=protected-access
+  return isinstance(column, classes)
+
+
+def categorical_input_keys(categorical_column) -> list:
+  """The input feature keys a categorical column reads."""
+  spec = getattr(categorical_column, 'parse_example_spec', None)
+  if spec is None:
+    spec = categorical_column._parse_example_spec  # pylint: disable=protected-access
+  return list(spec)
+
+
+def categorical_ids(categorical_column, features: dict):
+  """`(ids, weights)` SparseTensors of a categorical column on raw `features` (weights may be None).
+
+  Raises:
+    ValueError: the column needs a lookup table (vocabulary columns), which cannot be built per step.
+  """
+  from tensorflow.python.feature_column import feature_column_v2 as fc_lib  # pylint: disable=g-import-not-at-top
+  name = type(categorical_column).__name__
+  inner = getattr(categorical_column, 'categorical_column', None)
+  while inner is not None:
+    name = type(inner).__name__
+    inner = getattr(inner, 'categorical_column', None)
+  if 'Vocabulary' in name:
+    raise ValueError(
+        'TPU embedding column over {} ({}): vocabulary lookups cannot run in the training loop. Map strings to '
+        'ids in input_fn (e.g. with a tf.lookup table in Dataset.map) and use '
+        'categorical_column_with_identity.'.format(categorical_column.name, name))
+  cache = fc_lib.FeatureTransformationCache(features)
+  pair = categorical_column.get_sparse_tensors(cache, None)
+  return pair.id_tensor, pair.weight_tensor
+
+
+def embedding_variable_scopes(graph: tf.Graph) -> dict:
+  """`{embedding var name: (scope name, var name)}` that TPU embedding columns recorded in `model_fn`.
+
+  Upstream's columns record where their CPU-path variable would live, so TPU checkpoints use CPU names.
+  """
+  from tensorflow.python.tpu import feature_column as tpu_fc  # pylint: disable=g-import-not-at-top
+  collection = graph.get_collection(tpu_fc._TPU_FC_TO_SCOPE)  # pylint: disable=protected-access
+  return dict(collection[0]) if collection else {}
+
+
+def clear_embedding_variable_scopes(graph: tf.Graph) -> None:
+  from tensorflow.python.tpu import feature_column as tpu_fc  # pylint: disable=g-import-not-at-top
+  graph.clear_collection(tpu_fc._TPU_FC_TO_SCOPE)  # pylint: disable=protected-access

@@ -18,6 +18,7 @@ from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import replication
 from tpu_estimator.context import ShardingContext, TPUContext
+from tpu_estimator.embedding_bridge import EmbeddingBridge
 from tpu_estimator.input_pipeline import InputPipeline
 from tpu_estimator.spec import TPUEstimatorSpec, call_scaffold_fn
 
@@ -110,6 +111,10 @@ class ShardedModeBuilder(object):
   def build(self, deferred_input, mode: str) -> _estimator_lib.EstimatorSpec:
     pipeline = InputPipeline(deferred_input.call, self._ctx, self._batch_axis)
     input_hooks = pipeline.build()
+    self._bridge = None
+    spec = self._estimator._embedding_config_spec  # pylint: disable=protected-access
+    if spec is not None:
+      self._bridge = EmbeddingBridge(spec, self._ctx.num_replicas, self._ctx.replica_devices, mode)
     if mode == ModeKeys.TRAIN:
       return self._train(pipeline, input_hooks)
     if mode == ModeKeys.EVAL:
@@ -130,10 +135,22 @@ class ShardedModeBuilder(object):
 
     def replica_fn(replica_id: int):
       features, labels = per_replica_inputs[replica_id]
+      if self._bridge is not None:
+        features = self._bridge.tap_activations(features)
       spec = call_user_model_fn(self._model_fn, features, labels, mode, self._config, self._replica_params())
       return _verify_spec(spec, mode)
 
-    return replication.run_replicated(replica_fn, self._ctx.replica_devices)
+    specs = replication.run_replicated(replica_fn, self._ctx.replica_devices)
+    if self._bridge is not None and mode != ModeKeys.TRAIN:
+      self._bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
+    return specs
+
+  def _next_inputs(self, pipeline: InputPipeline):
+    """This step's per-replica inputs (with embedding activations) and the engine batches (or None)."""
+    per_replica = pipeline.next_step()
+    if self._bridge is None:
+      return per_replica, None
+    return self._bridge.prepare(per_replica, self._ctx.host_device)
 
   # ---- TRAIN ----------------------------------------------------------------------------------------------
 
@@ -151,7 +168,8 @@ class ShardedModeBuilder(object):
     def body(step, unused_loss):
       graph = tf.compat.v1.get_default_graph()
       first_op = len(graph.get_operations())
-      specs = self._build_replicas(pipeline.next_step(), ModeKeys.TRAIN)
+      per_replica, batches = self._next_inputs(pipeline)
+      specs = self._build_replicas(per_replica, ModeKeys.TRAIN)
       replica_ops = graph.get_operations()[first_op:]
       if ctx.num_replicas > 1 and replication.run_replicated.last_num_reductions == 0:
         raise ValueError('CrossShardOptimizer must be used for model training on TPUs.')
@@ -160,6 +178,11 @@ class ShardedModeBuilder(object):
         raise ValueError('model_fn must return loss and train_op in TRAIN mode.')
       captured['spec'] = spec
       side_effects = [spec.train_op]
+      if self._bridge is not None:
+        update = self._bridge.apply_gradients(batches, ctx.host_device)
+        # As on a TPU, the step's reads (learning_rate_fn(global_step)) see the values from before the step.
+        _tf_internal.order_variable_writes_after([update], replica_ops)
+        side_effects.append(update)
       host_call = getattr(spec, 'host_call', None)
       if host_call is not None:
         enqueue, host_tensors = self._enqueue_host_call(host_call, [s.host_call for s in specs], step, every_n,
@@ -175,6 +198,9 @@ class ShardedModeBuilder(object):
                                         [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)],
                                         parallel_iterations=1, name='training_loop')
     spec = captured['spec']
+    if self._bridge is not None:
+      # Outside the loop: registration builds initialisation checks that must not live in the loop frame.
+      self._bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
     scaffold = call_scaffold_fn(getattr(spec, 'scaffold_fn', None))
     hooks = list(input_hooks) + list(spec.training_hooks or [])
     if 'host_queue' in captured:
@@ -215,7 +241,7 @@ class ShardedModeBuilder(object):
   # ---- EVAL -----------------------------------------------------------------------------------------------
 
   def _evaluate(self, pipeline: InputPipeline, input_hooks) -> _estimator_lib.EstimatorSpec:
-    specs = self._build_replicas(pipeline.next_step(), ModeKeys.EVAL)
+    specs = self._build_replicas(self._next_inputs(pipeline)[0], ModeKeys.EVAL)
     spec = specs[0]
     eval_metric_ops = None
     if spec.eval_metrics is not None:
@@ -232,7 +258,7 @@ class ShardedModeBuilder(object):
   # ---- PREDICT --------------------------------------------------------------------------------------------
 
   def _predict(self, pipeline: InputPipeline, input_hooks) -> _estimator_lib.EstimatorSpec:
-    specs = self._build_replicas(pipeline.next_step(), ModeKeys.PREDICT)
+    specs = self._build_replicas(self._next_inputs(pipeline)[0], ModeKeys.PREDICT)
     spec = specs[0]
     if spec.predictions is None:
       raise ValueError('model_fn must return predictions in PREDICT mode.')

@@ -1,0 +1,241 @@
+"""The bridge between `TPUEstimator` and the embedding engine.
+
+Per step, on the host: the embedding features are popped from every replica's `features`, the ids of all replicas
+are joined into the global batch, deduplicated per table and looked up once per table (one gather per table
+shard); each replica gets its rows of the activations under the feature key. The activations pass through a
+gradient tap (upstream's "dummy table variable" trick): the model's own optimizer differentiates its (scaled)
+loss with respect to a dummy variable per table, and the tap records the activation gradient of every replica.
+After the replicas are built, those gradients are joined and the engine applies the embedding optimizer once per
+unique id. The model's optimizer never touches the tables.
+"""
+import collections
+import copy
+from typing import Any, Dict, List, Optional, Tuple
+
+import tensorflow as tf
+
+import embedding
+from embedding import checkpointing
+from tpu_estimator import _estimator_lib
+from tpu_estimator import _tf_internal
+from tpu_estimator import replication
+from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
+
+ModeKeys = _estimator_lib.ModeKeys
+DUMMY_VARIABLES_COLLECTION = 'tpu_embedding_dummy_table_variables'
+
+
+def _join_replicas(pieces: List[Any]) -> Any:
+  """Concatenates per-replica inputs (dense, sparse or ragged) on the batch axis."""
+  if len(pieces) == 1:
+    return pieces[0]
+  if isinstance(pieces[0], tf.SparseTensor):
+    return tf.sparse.concat(axis=0, sp_inputs=pieces, expand_nonconcat_dims=True)
+  return tf.concat(pieces, axis=0)
+
+
+def _as_engine_input(ids: Any, sequence: bool) -> Any:
+  """Dense multi-id rows `[B, k]` (k > 1) of a combined feature become ragged rows (all ids kept)."""
+  if isinstance(ids, (tf.SparseTensor, tf.RaggedTensor)):
+    return ids
+  ids = tf.convert_to_tensor(ids)
+  if not sequence and ids.shape.rank == 2 and ids.shape[1] != 1:
+    return tf.RaggedTensor.from_tensor(ids)
+  return ids
+
+
+def _sequence_lengths(ids: Any, max_sequence_length: int, batch_size: int) -> tf.Tensor:
+  if isinstance(ids, tf.SparseTensor):
+    rows = ids.indices[:, 0]
+    lengths = tf.math.bincount(tf.cast(rows, tf.int32), minlength=batch_size, maxlength=batch_size,
+                               dtype=tf.int64)
+  elif isinstance(ids, tf.RaggedTensor):
+    lengths = tf.cast(ids.row_lengths(), tf.int64)
+  else:
+    lengths = tf.fill([batch_size], tf.cast(tf.shape(ids)[1], tf.int64))
+  return tf.minimum(lengths, max_sequence_length)
+
+
+class EmbeddingBridge(object):
+  """Feeds one mode's replicas with engine activations and trains the tables from their gradients.
+
+  Args:
+    spec: the `EmbeddingConfigSpec`.
+    num_replicas: number of replicas (and table shards).
+    devices: the replica devices (table shard k lives on device k).
+    mode: a `ModeKeys` value; only TRAIN creates optimizer slots and updates tables.
+
+  Raises:
+    ValueError: invalid spec contents.
+  """
+
+  def __init__(self, spec: EmbeddingConfigSpec, num_replicas: int, devices: List[str], mode: str):
+    self._spec = spec
+    self._resolved = resolve_embedding_config(spec)
+    self._num_replicas = num_replicas
+    self._training = mode == ModeKeys.TRAIN
+    feature_config = self._resolved.feature_config
+    if not self._training:
+      # Inference: tables without optimizer (no slots are created or restored).
+      tables = {name: copy.copy(table) for name, table in self._resolved.tables.items()}
+      for table in tables.values():
+        table.optimizer = None
+      feature_config = collections.OrderedDict(
+          (key, embedding.FeatureConfig(tables[f.table.name], max_sequence_length=f.max_sequence_length, name=key))
+          for key, f in feature_config.items())
+    with tf.compat.v1.variable_scope('tpu_embedding', reuse=tf.compat.v1.AUTO_REUSE):
+      self.engine = embedding.EmbeddingEngine(feature_config, num_shards=num_replicas, devices=devices,
+                                              partition_strategy=spec.partition_strategy, register_in_graph=False)
+    self._dummies = collections.OrderedDict()
+    if self._training:
+      for name in self.engine.tables:
+        self._dummies[name] = tf.compat.v1.get_variable(
+            'tpu_embedding_dummy_table_variable_{}'.format(name), shape=[1], dtype=tf.float32,
+            initializer=tf.compat.v1.zeros_initializer(), use_resource=True, trainable=True,
+            collections=[DUMMY_VARIABLES_COLLECTION, tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+    self._gradients: Dict[Tuple[int, str], tf.Tensor] = {}
+    self._names_set = False
+
+  @property
+  def features(self):
+    return self._resolved.features
+
+  # ---- host side: inputs -> activations -----------------------------------------------------------------
+
+  def _pop_inputs(self, features: Any) -> Tuple[dict, dict, dict]:
+    if not isinstance(features, dict):
+      raise ValueError('With an embedding_config_spec, input_fn must return features as a dict; got {}.'.format(
+          type(features)))
+    remaining = dict(features)
+    ids, weights = {}, {}
+    for feature in self._resolved.features:
+      if feature.column is not None:
+        missing = [k for k in _tf_internal.categorical_input_keys(feature.column.categorical_column)
+                   if k not in features]
+        if missing:
+          raise ValueError('Embedding feature {!r} (table {!r}) needs input features {} that input_fn did not '
+                           'return.'.format(feature.key, feature.table_name, missing))
+        ids[feature.key], weights[feature.key] = _tf_internal.categorical_ids(feature.column.categorical_column,
+                                                                               features)
+      else:
+        if feature.key not in features:
+          raise ValueError('Embedding feature {!r} (table {!r}) is missing from the features returned by '
+                           'input_fn.'.format(feature.key, feature.table_name))
+        ids[feature.key] = features[feature.key]
+        if feature.weight_key:
+          if feature.weight_key not in features:
+            raise ValueError('Weights {!r} of embedding feature {!r} are missing from the features returned by '
+                             'input_fn.'.format(feature.weight_key, feature.key))
+          weights[feature.key] = features[feature.weight_key]
+        else:
+          weights[feature.key] = None
+    for key in self._resolved.raw_keys:
+      remaining.pop(key, None)
+    return remaining, ids, weights
+
+  def prepare(self, per_replica: List[Tuple[Any, Any]], host_device: str):
+    """Looks up this step's activations; returns the replicas' new inputs and the step's engine batches."""
+    popped = [self._pop_inputs(features) for features, _ in per_replica]
+    global_ids, global_weights = collections.OrderedDict(), collections.OrderedDict()
+    with tf.device(host_device), tf.name_scope('tpu_embedding_inputs'):
+      for feature in self._resolved.features:
+        sequence = feature.max_sequence_length > 0
+        global_ids[feature.key] = _as_engine_input(_join_replicas([p[1][feature.key] for p in popped]), sequence)
+        pieces = [p[2][feature.key] for p in popped]
+        if any(w is not None for w in pieces):
+          global_weights[feature.key] = _as_engine_input(_join_replicas(pieces), sequence)
+        else:
+          global_weights[feature.key] = None
+      batches = self.engine.preprocess(global_ids, global_weights)
+      activations = self.engine.activations(batches)
+    new_inputs = []
+    splits = {key: tf.split(act, self._num_replicas, axis=0) if self._num_replicas > 1 else [act]
+              for key, act in activations.items()}
+    for replica, ((_, labels), (remaining, ids, _)) in enumerate(zip(per_replica, popped)):
+      features = dict(remaining)
+      for feature in self._resolved.features:
+        features[feature.key] = splits[feature.key][replica]
+        if feature.max_sequence_length:
+          batch = splits[feature.key][replica].shape[0]
+          features[feature.key + SEQUENCE_LENGTH_SUFFIX] = _sequence_lengths(
+              ids[feature.key], feature.max_sequence_length, batch)
+      new_inputs.append((features, labels))
+    return new_inputs, batches
+
+  def tap_activations(self, features: dict) -> dict:
+    """In a replica: routes each activation through the gradient tap (TRAIN only)."""
+    if not self._training:
+      return features
+    context = replication.current_replica_context()
+    replica = context.replica_id if context else 0
+    features = dict(features)
+    for feature in self._resolved.features:
+      features[feature.key] = self._tap(self._dummies[feature.table_name].read_value(), features[feature.key],
+                                        replica, feature.key)
+    return features
+
+  def _tap(self, dummy: tf.Tensor, activation: tf.Tensor, replica: int, key: str) -> tf.Tensor:
+    gradients = self._gradients
+
+    @tf.custom_gradient
+    def tap(dummy_value, activation_value):
+      def grad(upstream):
+        gradients[(replica, key)] = upstream
+        return tf.zeros_like(dummy_value), None
+      return tf.identity(activation_value), grad
+
+    return tap(dummy, activation)
+
+  # ---- after the replicas: gradients -> engine update ------------------------------------------------------
+
+  def apply_gradients(self, batches, host_device: str) -> tf.Operation:
+    """The engine update of this step from the tapped activation gradients of every replica."""
+    grads = collections.OrderedDict()
+    with tf.device(host_device), tf.name_scope('tpu_embedding_gradients'):
+      for feature in self._resolved.features:
+        pieces = [self._gradients.get((r, feature.key)) for r in range(self._num_replicas)]
+        if all(p is None for p in pieces):
+          tf.compat.v1.logging.warning(
+              'Embedding feature %s has no gradient: the model does not use its activation (or the optimizer '
+              'did not differentiate through it). Zero gradients are applied.', feature.key)
+          grads[feature.key] = None
+          continue
+        template = next(p for p in pieces if p is not None)
+        pieces = [p if p is not None else tf.zeros_like(template) for p in pieces]
+        grads[feature.key] = _join_replicas(pieces)
+      multiplier = None
+      if self._spec.experimental_gradient_multiplier_fn is not None:
+        multiplier = tf.cast(self._spec.experimental_gradient_multiplier_fn(
+            tf.compat.v1.train.get_global_step()), tf.float32)
+      update = self.engine.apply_gradients(batches, grads, gradient_multiplier=multiplier)
+    self._gradients.clear()
+    return update
+
+  # ---- checkpoint layout -----------------------------------------------------------------------------------
+
+  def register_checkpoint_names(self, graph: tf.Graph) -> None:
+    """Names tables as upstream's CPU path names its variables, then registers the logical saveables.
+
+    Feature-column models get `<scope>/embedding_weights` (and slots like `<...>/Adagrad`), recorded by the
+    columns while `model_fn` ran; dict-configured tables keep their table names.
+    """
+    if self._names_set:
+      return
+    scopes = _tf_internal.embedding_variable_scopes(graph)
+    _tf_internal.clear_embedding_variable_scopes(graph)
+    for name, table in self.engine.tables.items():
+      if self._spec.feature_columns:
+        var_name = name[len('tbl_'):]
+        if var_name not in scopes:
+          raise RuntimeError('Embedding feature column {} did not capture any thing. Make sure the feature columns '
+                             'passed to TPUEstimator constructor is properly used in model_fn.'.format(var_name))
+        scope, variable = scopes[var_name]
+        checkpoint_name = '{}/{}'.format(scope, variable) if scope else variable
+      else:
+        checkpoint_name = name
+      slots = table.optimizer.estimator_slot_variable_names(checkpoint_name) if table.optimizer else None
+      table.set_checkpoint_names(checkpoint_name, slots)
+    for variable in self.engine.shard_variables():
+      checkpointing.register_shard_variable(variable)
+    checkpointing.add_saveables_to_graph(self.engine.saveables())
+    self._names_set = True
