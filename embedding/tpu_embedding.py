@@ -393,7 +393,7 @@ class TPUEmbedding(tf.Module):
           ValueError / TypeError: structure, rank, shape, weight or device errors (naming the feature).
         """
         with tf.name_scope(name or "embedding_enqueue"):
-            if not tf.distribute.in_cross_replica_context() and device is None:
+            if self._in_replica_context() and device is None:
                 ctx = tf.distribute.get_replica_context()
                 ctx.merge_call(lambda _, f, w: self._enqueue_all(f, w, training, replicate_plain=True),
                                args=(features, weights))
@@ -405,9 +405,9 @@ class TPUEmbedding(tf.Module):
 
     def _check_structure(self, features: Any, weights: Any) -> None:
         try:
-            tf.nest.assert_same_structure(self._engine.feature_config, features, check_types=False)
+            tf.nest.assert_same_structure(self._engine.feature_config, features)
             if weights is not None:
-                tf.nest.assert_same_structure(self._engine.feature_config, weights, check_types=False)
+                tf.nest.assert_same_structure(self._engine.feature_config, weights)
         except (ValueError, TypeError) as e:
             raise type(e)(f"features/weights must have the structure of feature_config: {e}") from None
 
@@ -478,8 +478,13 @@ class TPUEmbedding(tf.Module):
                 f"enqueue ran {'eagerly' if self._step.graph is None else 'in another function'}.")
         return self._step
 
+    def _in_replica_context(self) -> bool:
+        """Inside `strategy.run` of our strategy (always, outside any scope, for the default strategy)."""
+        ctx = tf.distribute.get_replica_context()
+        return ctx is not None and ctx.strategy is self._strategy
+
     def _replica_for_call(self, what: str) -> int:
-        if tf.distribute.in_cross_replica_context():
+        if not self._in_replica_context():
             if self._num_replicas > 1:
                 raise RuntimeError(f"{what} must be called inside strategy.run with {self._num_replicas} replicas.")
             return 0
@@ -519,9 +524,9 @@ class TPUEmbedding(tf.Module):
         if not step.training:
             raise RuntimeError("apply_gradients called for a step enqueued with training=False; enqueue the step "
                                "with training=True to train (upstream would deadlock here).")
-        tf.nest.assert_same_structure(self._engine.feature_config, gradients, check_types=False)
+        tf.nest.assert_same_structure(self._engine.feature_config, gradients)
         with tf.name_scope(name or "embedding_apply_gradients"):
-            if tf.distribute.in_cross_replica_context():
+            if not self._in_replica_context():
                 self._apply_all(step, gradients, replicate_plain=self._num_replicas == 1)
                 return
             r = current_replica_id()

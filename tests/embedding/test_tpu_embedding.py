@@ -1,0 +1,588 @@
+"""TPUEmbedding (TF2 mid-level API) on MirroredStrategy / OneDeviceStrategy / the default strategy.
+
+The model: features `user` (ragged, weighted, table A), `item` (sparse, table A) and `cat` (dense `[B, 1]`, table
+B, sum). Loss per feature `sum(T * a) + 0.5 * sum(a^2)`, so `dL/da = T + a`. The NumPy reference (written from
+SEMANTICS.md 9-10, independent of `embedding/`) computes the activations of the GLOBAL batch with the parameters
+before the step, sums every occurrence's gradient per unique id over all samples, replicas and features sharing a
+table, and applies the rule once per id (`numpy_reference.lazy_table_step`).
+
+The helpers above the tests are shared with the other mid-level API test modules.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from embedding import config
+from embedding import optimizers
+from embedding.tpu_embedding import TPUEmbedding
+from tests.embedding import numpy_reference as ref
+
+
+def logical_cpus(n=4):
+    """Configures n logical CPUs (if TF is not initialised yet) and returns the CPU device names."""
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+    except RuntimeError:
+        pass  # Context already initialised by another test module: use the devices that exist.
+    return [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
+CPUS = logical_cpus()
+VOCAB = {"A": 13, "B": 7}
+DIM = {"A": 4, "B": 3}
+TABLE_OF = {"user": "A", "item": "A", "cat": "B"}
+GLOBAL_BATCH = 4
+NUM_STEPS = 3
+ITEM_WIDTH = 3
+
+# Per sample: user (ids, weights) with duplicates and empty rows; item ids; cat id.
+USER = [([3, 3, 5], [1.0, 2.0, 0.5]), ([0], [3.0]), ([], []), ([12], [0.5]),
+        ([7, 7, 7], [1.0, 1.0, 2.0]), ([1, 2], [1.0, 1.5]), ([4, 4], [1.0, 1.0]), ([9], [2.0]),
+        ([3, 0], [1.0, 0.5]), ([5], [1.0]), ([3], [2.0]), ([11, 3], [0.5, 0.5])]
+ITEM = [[5, 12], [3], [0, 0], [], [2], [7, 1], [9], [4], [], [3, 3, 5], [6], [0]]
+CAT = [1, 6, 1, 0, 0, 3, 2, 5, 2, 1, 1, 4]
+_rng = np.random.RandomState(42)
+TARGETS = {f: _rng.normal(size=(len(CAT), DIM[TABLE_OF[f]])).astype(np.float32) for f in sorted(TABLE_OF)}
+
+CASES = {
+    "sgd": (lambda: optimizers.SGD(0.1), "sgd", {}, 0.1),
+    "adagrad": (lambda: optimizers.Adagrad(0.2), "adagrad", {}, 0.2),
+    "adam": (lambda: optimizers.Adam(0.05), "adam", {}, 0.05),
+    "ftrl": (lambda: optimizers.FTRL(0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01,
+                                     beta=0.1), "ftrl", dict(l1=0.01, l2=0.01, beta=0.1), 0.2),
+}
+
+
+def initial(table):
+    seed = {"A": 1, "B": 2}[table]
+    return np.random.RandomState(seed).normal(size=(VOCAB[table], DIM[table])).astype(np.float32)
+
+
+def feature_config(optimizer_a=None, combiner_a="mean"):
+    a = config.TableConfig(VOCAB["A"], DIM["A"], initializer=tf.constant_initializer(initial("A")),
+                           combiner=combiner_a, name="A", optimizer=optimizer_a)
+    b = config.TableConfig(VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(initial("B")),
+                           combiner="sum", name="B")
+    return {"user": config.FeatureConfig(a), "item": config.FeatureConfig(a), "cat": config.FeatureConfig(b)}
+
+
+def mirrored(num_replicas):
+    return tf.distribute.MirroredStrategy(CPUS[:num_replicas])
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+def all_samples():
+    """(features, user weights, targets) of every sample, for `Dataset.from_tensor_slices`."""
+    user = tf.ragged.constant([u for u, _ in USER], dtype=tf.int64, ragged_rank=1)
+    user_w = tf.ragged.constant([w for _, w in USER], dtype=tf.float32, ragged_rank=1)
+    indices = [[b, j] for b, row in enumerate(ITEM) for j in range(len(row))]
+    item = tf.SparseTensor(tf.constant(indices, tf.int64), tf.constant([i for r in ITEM for i in r], tf.int32),
+                           [len(ITEM), ITEM_WIDTH])
+    cat = tf.constant(np.array(CAT, np.int64)[:, None])
+    return {"user": user, "item": item, "cat": cat}, user_w, {f: tf.constant(t) for f, t in TARGETS.items()}
+
+
+def sample_slice(start, stop):
+    """(features, weights, targets) of samples [start, stop) as plain tensors."""
+    features, user_w, targets = all_samples()
+    return ({"user": features["user"][start:stop], "item": tf.sparse.slice(features["item"], [start, 0],
+                                                                          [stop - start, ITEM_WIDTH]),
+             "cat": features["cat"][start:stop]},
+            {"user": user_w[start:stop], "item": None, "cat": None},
+            {f: t[start:stop] for f, t in targets.items()})
+
+
+def make_dataset_fn(num_replicas):
+    """Per-replica batches in sample order: replica r of step t gets samples of batch `t * R + r`."""
+
+    def fn(ctx):
+        per_replica = ctx.get_per_replica_batch_size(GLOBAL_BATCH)
+        assert per_replica * num_replicas == GLOBAL_BATCH
+        return tf.data.Dataset.from_tensor_slices(all_samples()).batch(per_replica, drop_remainder=True)
+
+    return fn
+
+
+def distributed_iterator(strategy):
+    dist = strategy.distribute_datasets_from_function(
+        make_dataset_fn(strategy.num_replicas_in_sync),
+        options=tf.distribute.InputOptions(experimental_fetch_to_device=False))
+    return iter(dist)
+
+
+def loss_fn(acts, targets):
+    return tf.add_n([tf.reduce_sum(targets[f] * acts[f]) + 0.5 * tf.reduce_sum(acts[f] ** 2) for f in sorted(acts)])
+
+
+def with_weights(user_w):
+    return {"user": user_w, "item": None, "cat": None}
+
+
+# ------------------------------------------------------------------------------------------------ reference
+def _samples(feature, b):
+    if feature == "user":
+        return USER[b]
+    if feature == "item":
+        return ITEM[b], [1.0] * len(ITEM[b])
+    return [CAT[b]], [1.0]
+
+
+def _scale(weights, combiner):
+    w = np.asarray(weights, np.float64)
+    if combiner == "sum":
+        return 1.0
+    if combiner == "mean":
+        return 1.0 / w.sum()
+    return 1.0 / np.sqrt((w ** 2).sum())
+
+
+def reference_activations(params, start, stop, combiner_a="mean"):
+    """`{feature: [stop - start, dim]}` from `params = {table: [V, D]}`."""
+    combiners = {"A": combiner_a, "B": "sum"}
+    out = {}
+    for feature, t in TABLE_OF.items():
+        act = np.zeros((stop - start, DIM[t]))
+        for b in range(start, stop):
+            ids, weights = _samples(feature, b)
+            if ids:
+                act[b - start] = _scale(weights, combiners[t]) * sum(w * params[t][i] for i, w in zip(ids, weights))
+        out[feature] = act
+    return out
+
+
+def reference_training(kind, kwargs, lr, num_steps=NUM_STEPS, combiner_a="mean"):
+    """Full-table state `{table: {'params': ..., slot: ...}}` after `num_steps` global steps."""
+    combiners = {"A": combiner_a, "B": "sum"}
+    state = {t: ref.init_state(kind, initial(t)) for t in VOCAB}
+    for step in range(num_steps):
+        start, stop = step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH
+        acts = reference_activations({t: s["params"] for t, s in state.items()}, start, stop, combiner_a)
+        occurrences = {t: ([], []) for t in VOCAB}
+        for feature, t in TABLE_OF.items():
+            grad = TARGETS[feature][start:stop] + acts[feature]
+            for b in range(start, stop):
+                ids, weights = _samples(feature, b)
+                for i, w in zip(ids, weights):
+                    occurrences[t][0].append(i)
+                    occurrences[t][1].append(w * _scale(weights, combiners[t]) * grad[b - start])
+        for t in VOCAB:
+            ids, grads = occurrences[t]
+            state[t] = ref.lazy_table_step(kind, state[t], np.array(ids), np.array(grads), lr, **kwargs)
+    return state
+
+
+def engine_state(engine):
+    return {name: dict(params=t.read_full_table().numpy(), **{s: t.read_full_slot(s).numpy() for s in t.slot_names})
+            for name, t in engine.tables.items()}
+
+
+def assert_state_close(got, expected, tol=1e-5):
+    for t in expected:
+        for key in expected[t]:
+            np.testing.assert_allclose(got[t][key], expected[t][key], rtol=tol, atol=tol, err_msg=f"{t}/{key}")
+
+
+# ------------------------------------------------------------------------------------------ seed examples
+def seed_training_step(strategy, embedding):
+    """The seed page's training step, TPUStrategy replaced by `strategy`."""
+
+    @tf.function
+    def training_step(dataset_iterator, num_steps):
+        def tpu_step(tpu_features):
+            with tf.GradientTape() as tape:
+                activations = embedding.dequeue()
+                tape.watch(activations)
+                loss = loss_fn(activations, tpu_features)
+            embedding_gradients = tape.gradient(loss, activations)
+            embedding.apply_gradients(embedding_gradients)
+
+        for _ in tf.range(num_steps):
+            embedding_features, user_w, tpu_features = next(dataset_iterator)
+            embedding.enqueue(embedding_features, weights=with_weights(user_w), training=True)
+            strategy.run(tpu_step, args=(tpu_features,))
+
+    return training_step
+
+
+def seed_evaluation_step(strategy, embedding, outputs):
+    """The seed page's evaluation step; activations are written to `outputs` (a list of variables)."""
+
+    @tf.function
+    def evaluation_step(dataset_iterator, num_steps):
+        def tpu_step(tpu_features):
+            activations = embedding.dequeue()
+            return activations
+
+        for i in tf.range(num_steps):
+            embedding_features, user_w, tpu_features = next(dataset_iterator)
+            embedding.enqueue(embedding_features, weights=with_weights(user_w), training=False)
+            per_replica = strategy.run(tpu_step, args=(tpu_features,))
+            for f in sorted(TABLE_OF):
+                local = strategy.experimental_local_results(per_replica[f])
+                outputs[f].scatter_nd_update([[i]], tf.concat(local, 0)[None])
+
+    return evaluation_step
+
+
+@pytest.mark.parametrize("num_replicas", [1, 2])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_seed_training_loop_equals_numpy_reference(case, num_replicas):
+    make_opt, kind, kwargs, lr = CASES[case]
+    strategy = mirrored(num_replicas)
+    with strategy.scope():
+        embedding = TPUEmbedding(feature_config(), make_opt())
+    iterator = distributed_iterator(strategy)
+    seed_training_step(strategy, embedding)(iterator, tf.constant(NUM_STEPS))
+    assert_state_close(engine_state(embedding.engine), reference_training(kind, kwargs, lr))
+
+
+def test_seed_evaluation_loop_returns_activations_and_leaves_tables():
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(feature_config(), optimizers.SGD(0.1))
+    outputs = {f: tf.Variable(tf.zeros([NUM_STEPS, GLOBAL_BATCH, DIM[TABLE_OF[f]]])) for f in TABLE_OF}
+    seed_evaluation_step(strategy, embedding, outputs)(distributed_iterator(strategy), tf.constant(NUM_STEPS))
+    params = {t: initial(t) for t in VOCAB}
+    for step in range(NUM_STEPS):
+        expected = reference_activations(params, step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH)
+        for f in TABLE_OF:
+            np.testing.assert_allclose(outputs[f][step].numpy(), expected[f], rtol=1e-5, atol=1e-6)
+    for t in VOCAB:
+        np.testing.assert_array_equal(engine_state(embedding.engine)[t]["params"], initial(t))
+
+
+def test_per_replica_device_enqueue_form():
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(feature_config(), optimizers.Adagrad(0.2))
+    iterator = distributed_iterator(strategy)
+
+    @tf.function
+    def step():
+        embedding_features, user_w, tpu_features = next(iterator)
+        per_core_features = strategy.experimental_local_results(embedding_features)
+        per_core_weights = strategy.experimental_local_results(user_w)
+
+        def per_core_enqueue(ctx):
+            core_id = ctx.replica_id_in_sync_group
+            device = strategy.extended.worker_devices[core_id]
+            embedding.enqueue(per_core_features[core_id], weights=with_weights(per_core_weights[core_id]),
+                              device=device)
+
+        strategy.experimental_distribute_values_from_function(per_core_enqueue)
+
+        def tpu_step(targets):
+            with tf.GradientTape() as tape:
+                activations = embedding.dequeue()
+                tape.watch(activations)
+                loss = loss_fn(activations, targets)
+            embedding.apply_gradients(tape.gradient(loss, activations))
+
+        strategy.run(tpu_step, args=(tpu_features,))
+
+    for _ in range(NUM_STEPS):
+        step()
+    assert_state_close(engine_state(embedding.engine), reference_training("adagrad", {}, 0.2))
+
+
+def _eager_steps(embedding, strategy=None, in_function=False):
+    def one(start):
+        features, weights, targets = sample_slice(start, start + GLOBAL_BATCH)
+        embedding.enqueue(features, weights=weights, training=True)
+
+        def replica_step():
+            with tf.GradientTape() as tape:
+                acts = embedding.dequeue()
+                tape.watch(acts)
+                loss = loss_fn(acts, targets)
+            embedding.apply_gradients(tape.gradient(loss, acts))
+
+        if strategy is None:
+            replica_step()
+        else:
+            strategy.run(replica_step)
+
+    fn = tf.function(one) if in_function else one
+    for step in range(NUM_STEPS):
+        fn(tf.constant(step * GLOBAL_BATCH) if in_function else step * GLOBAL_BATCH)
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+@pytest.mark.parametrize("strategy_kind", ["default", "one_device", "mirrored1"])
+def test_single_replica_strategies_eager_and_function(strategy_kind, in_function):
+    strategy = {"default": None, "one_device": tf.distribute.OneDeviceStrategy(CPUS[1]),
+                "mirrored1": mirrored(1)}[strategy_kind]
+    if strategy is None:
+        embedding = TPUEmbedding(feature_config(), optimizers.Adam(0.05))
+    else:
+        with strategy.scope():
+            embedding = TPUEmbedding(feature_config(), optimizers.Adam(0.05))
+    _eager_steps(embedding, strategy, in_function)
+    assert_state_close(engine_state(embedding.engine), reference_training("adam", {}, 0.05))
+
+
+def test_mirrored_eager_and_enqueue_inside_run():
+    """Eager MirroredStrategy; enqueue called inside strategy.run gathers the replicas' inputs."""
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(feature_config(), optimizers.FTRL(
+            0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01, beta=0.1))
+    iterator = distributed_iterator(strategy)
+
+    def replica_step(features, user_w, targets):
+        embedding.enqueue(features, weights=with_weights(user_w), training=True)
+        with tf.GradientTape() as tape:
+            acts = embedding.dequeue()
+            tape.watch(acts)
+            loss = loss_fn(acts, targets)
+        embedding.apply_gradients(tape.gradient(loss, acts))
+
+    for _ in range(NUM_STEPS):
+        strategy.run(replica_step, args=next(iterator))
+    assert_state_close(engine_state(embedding.engine),
+                       reference_training("ftrl", dict(l1=0.01, l2=0.01, beta=0.1), 0.2))
+
+
+def test_tables_are_sharded_over_replica_devices():
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(feature_config(), optimizers.SGD(0.1))
+    for table in embedding.engine.tables.values():
+        assert [tf.DeviceSpec.from_string(s.device).device_index for s in table.shards] == [0, 1]
+    tables = embedding.embedding_tables
+    assert sorted(t.name for t in tables) == ["A", "B"]
+    for t, value in tables.items():
+        np.testing.assert_array_equal(tf.convert_to_tensor(value).numpy(), initial(t.name))
+
+
+# ------------------------------------------------------------------------------------------ input rules
+def _single(table_dim=2, vocab=10, **feature_kwargs):
+    table = config.TableConfig(vocab, table_dim, initializer=tf.constant_initializer(
+        np.arange(vocab * table_dim, dtype=np.float32).reshape(vocab, table_dim)), name="t", combiner="sum")
+    return {"f": config.FeatureConfig(table, **feature_kwargs)}
+
+
+def _dequeue_shape(embedding, features):
+    embedding.enqueue({"f": features})
+    return embedding.dequeue()["f"]
+
+
+@pytest.mark.parametrize("features,feature_kwargs,expected", [
+    (tf.constant([1, 2, 3]), {}, [3, 2]),
+    (tf.constant([[1], [2], [3]]), {}, [3, 2]),
+    (tf.constant([[[1], [2]], [[3], [4]]]), {}, [2, 2, 2]),
+    (tf.ragged.constant([[1, 2], [3]]), {}, [2, 2]),
+    (tf.ragged.constant([[1, 2, 3], [3]]), dict(max_sequence_length=2), [2, 2, 2]),
+    (tf.sparse.from_dense(tf.constant([[1, 2, 0], [3, 0, 0]])), dict(max_sequence_length=4), [2, 4, 2]),
+    (tf.sparse.from_dense(tf.constant([[[1, 2], [3, 0]], [[4, 0], [5, 6]]])), {}, [2, 2, 2]),
+    (tf.constant([[1], [2], [3], [4]]), dict(output_shape=[2, 2]), [2, 2, 2]),
+])
+def test_output_shapes(features, feature_kwargs, expected):
+    embedding = TPUEmbedding(_single(**feature_kwargs), optimizers.SGD(0.1))
+    assert _dequeue_shape(embedding, features).shape.as_list() == expected
+
+
+def test_sequence_values_truncate_and_pad():
+    embedding = TPUEmbedding(_single(max_sequence_length=2), optimizers.SGD(0.1))
+    out = _dequeue_shape(embedding, tf.ragged.constant([[1, 2, 3], [4]])).numpy()
+    table = np.arange(20, dtype=np.float32).reshape(10, 2)
+    np.testing.assert_array_equal(out, np.stack([table[[1, 2]], np.stack([table[4], np.zeros(2)])]))
+
+
+@pytest.mark.parametrize("features,weights,error,match", [
+    (tf.constant(1), None, ValueError, "rank 1 and above"),
+    (tf.constant([[1, 2], [3, 4]]), None, ValueError, "last dimension as 1"),
+    (tf.SparseTensor([[0]], [1], [3]), None, ValueError, "rank 2 and above sparse"),
+    (tf.RaggedTensor.from_nested_row_splits([1, 2, 3], [[0, 1, 3], [0, 1, 2, 3]]), None, ValueError,
+     "only rank 2 ragged"),
+    (tf.constant([1, 2]), tf.constant([1.0, 1.0]), ValueError, "weight specified for dense input"),
+    (tf.ragged.constant([[1], [2]]), tf.sparse.from_dense(tf.constant([[1.0], [1.0]])), ValueError,
+     "does not match the type"),
+    (tf.constant(["a", "b"]), None, TypeError, "string ids"),
+])
+def test_input_errors(features, weights, error, match):
+    embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    with pytest.raises(error, match=match):
+        embedding.enqueue({"f": features}, {"f": weights} if weights is not None else None)
+
+
+def test_out_of_range_ids_name_the_feature():
+    embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Feature 'f'.*vocabulary_size"):
+        embedding.enqueue({"f": tf.constant([1, 10])})
+
+
+def test_structure_errors():
+    embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    with pytest.raises(ValueError, match="structure of feature_config"):
+        embedding.enqueue({"g": tf.constant([1])})
+    with pytest.raises(ValueError, match="structure of feature_config"):
+        embedding.enqueue([tf.constant([1])])
+    embedding.enqueue({"f": tf.constant([1, 2])})
+    with pytest.raises(ValueError):
+        embedding.apply_gradients({"f": tf.zeros([2, 2]), "g": tf.zeros([2, 2])})
+
+
+def test_inconsistent_shapes_across_steps_and_build():
+    embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    embedding.build(per_replica_input_shapes={"f": tf.TensorShape([4, 1])})
+    with pytest.raises(ValueError, match="Inconsistent shape founded for input feature f"):
+        embedding.enqueue({"f": tf.constant([[1], [2]])})
+    embedding2 = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    embedding2.build(per_replica_batch_size=2)
+    embedding2.enqueue({"f": tf.constant([1, 2])})
+    with pytest.raises(ValueError, match="Inconsistent shape"):
+        embedding2.enqueue({"f": tf.constant([1, 2, 3])})
+
+
+# ------------------------------------------------------------------------------------------ gradient rules
+def test_gradient_shape_error_text():
+    embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    embedding.enqueue({"f": tf.constant([1, 2, 3])})
+    embedding.dequeue()
+    with pytest.raises(ValueError, match=r"Found gradient of shape \(3, 3\) at path f\. Expected shape \[3, 2\]\."):
+        embedding.apply_gradients({"f": tf.zeros([3, 3])})
+    with pytest.raises(ValueError, match="found non-tensor type"):
+        embedding.apply_gradients({"f": np.zeros([3, 2], np.float32)})
+
+
+def test_gradient_shape_error_inside_mirrored_run():
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    features = strategy.experimental_distribute_values_from_function(
+        lambda ctx: {"f": tf.constant([1, 2]) + ctx.replica_id_in_sync_group})
+    embedding.enqueue(features)
+    with pytest.raises(ValueError, match=r"Found gradient of shape \(2, 5\) at path f\. Expected shape \[2, 2\]\."):
+        strategy.run(lambda: embedding.apply_gradients({"f": tf.zeros([2, 5])}))
+
+
+def test_none_gradient_is_zero_gradient():
+    embedding = TPUEmbedding(feature_config(), optimizers.Adam(0.05))
+    features, weights, _ = sample_slice(0, GLOBAL_BATCH)
+    embedding.enqueue(features, weights)
+    acts = embedding.dequeue()
+    embedding.apply_gradients({"user": None, "item": None, "cat": None})
+    zero_grads = {f: np.zeros_like(a.numpy()) for f, a in acts.items()}
+    del zero_grads
+    state = engine_state(embedding.engine)
+    # Zero gradients: moments stay zero (m = 0.9*0 + 0.1*0), parameters unchanged.
+    for t in VOCAB:
+        np.testing.assert_array_equal(state[t]["params"], initial(t))
+        np.testing.assert_array_equal(state[t]["momenta"], 0.0)
+
+    embedding2 = TPUEmbedding(feature_config(), optimizers.SGD(0.1))
+    embedding2.enqueue(features, weights)
+    with tf.GradientTape() as tape:
+        acts = embedding2.dequeue()
+        tape.watch(acts)
+        loss = tf.reduce_sum(acts["cat"])
+    grads = tape.gradient(loss, acts)
+    assert grads["user"] is None
+    embedding2.apply_gradients(grads)
+    state = engine_state(embedding2.engine)
+    np.testing.assert_array_equal(state["A"]["params"], initial("A"))
+    expected_b = initial("B").copy()
+    for c in CAT[:GLOBAL_BATCH]:
+        expected_b[c] -= 0.1
+    np.testing.assert_allclose(state["B"]["params"], expected_b, rtol=1e-6)
+
+
+def test_apply_after_inference_enqueue_is_an_error_not_a_deadlock():
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    features = strategy.experimental_distribute_values_from_function(lambda ctx: {"f": tf.constant([1, 2])})
+
+    @tf.function
+    def step():
+        embedding.enqueue(features, training=False)
+
+        def replica():
+            acts = embedding.dequeue()
+            embedding.apply_gradients({"f": tf.ones_like(acts["f"])})
+
+        strategy.run(replica)
+
+    with pytest.raises(RuntimeError, match="training=False"):
+        step()
+
+
+def test_dequeue_and_apply_before_enqueue_are_errors():
+    embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    with pytest.raises(RuntimeError, match="unbuilt TPUEmbedding"):
+        embedding.dequeue()
+    with pytest.raises(RuntimeError, match="unbuilt TPUEmbedding"):
+        embedding.apply_gradients({"f": None})
+    embedding.build(per_replica_batch_size=2)
+    with pytest.raises(RuntimeError, match="before enqueue"):
+        embedding.dequeue()
+
+
+def test_enqueue_eager_dequeue_in_function_is_an_error():
+    embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    embedding.enqueue({"f": tf.constant([1, 2])})
+    with pytest.raises(RuntimeError, match="same tf.function"):
+        tf.function(embedding.dequeue)()
+
+
+def test_training_without_optimizer_is_an_error():
+    embedding = TPUEmbedding(_single(), None)
+    embedding.enqueue({"f": tf.constant([1, 2])})
+    embedding.dequeue()
+    with pytest.raises(ValueError, match="no optimizer"):
+        embedding.apply_gradients({"f": tf.ones([2, 2])})
+
+
+def test_non_distributed_input_with_two_replicas_is_an_error():
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
+    with pytest.raises(ValueError, match="non-distributed value"):
+        embedding.enqueue({"f": tf.constant([1, 2])})
+    with pytest.raises(ValueError, match="not a replica device"):
+        embedding.enqueue({"f": tf.constant([1, 2])}, device="/cpu:3")
+
+
+def test_unsupported_optimizer_and_duplicate_table_names():
+    with pytest.raises(ValueError, match="unsupported optimizer"):
+        TPUEmbedding(_single(), tf.keras.optimizers.SGD(0.1))
+    t1 = config.TableConfig(5, 2, name="x")
+    t2 = config.TableConfig(5, 2, name="x")
+    with pytest.raises(ValueError, match="unique name"):
+        TPUEmbedding({"a": config.FeatureConfig(t1), "b": config.FeatureConfig(t2)}, optimizers.SGD(0.1))
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+def test_checkpoint_layout_and_restore_across_replica_counts(tmp_path):
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(feature_config(), optimizers.Adagrad(0.2))
+    seed_training_step(strategy, embedding)(distributed_iterator(strategy), tf.constant(2))
+    path = tf.train.Checkpoint(embedding=embedding).save(str(tmp_path / "ckpt"))
+    names = {n for n, _ in tf.train.list_variables(path)}
+    assert {"embedding/A/.ATTRIBUTES/VARIABLE_VALUE", "embedding/A.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE",
+            "embedding/B/.ATTRIBUTES/VARIABLE_VALUE"} <= names
+    assert not any("shard" in n for n in names)
+    trained = engine_state(embedding.engine)
+
+    # Restore on one replica and continue: equals three uninterrupted steps.
+    one = tf.distribute.OneDeviceStrategy(CPUS[0])
+    with one.scope():
+        restored = TPUEmbedding(feature_config(), optimizers.Adagrad(0.2))
+    tf.train.Checkpoint(embedding=restored).restore(path).assert_consumed()
+    assert_state_close(engine_state(restored.engine), trained, tol=0)
+    features, weights, targets = sample_slice(2 * GLOBAL_BATCH, 3 * GLOBAL_BATCH)
+    restored.enqueue(features, weights)
+
+    def replica():
+        with tf.GradientTape() as tape:
+            acts = restored.dequeue()
+            tape.watch(acts)
+            loss = loss_fn(acts, targets)
+        restored.apply_gradients(tape.gradient(loss, acts))
+
+    one.run(replica)
+    assert_state_close(engine_state(restored.engine), reference_training("adagrad", {}, 0.2))
