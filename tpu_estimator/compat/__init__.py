@@ -64,8 +64,19 @@ class _Patch(object):
     self.old = _MISSING
     self.old_all = None
 
+  def _current(self) -> Any:
+    if not _is_module_wrapper(self.owner):
+      return getattr(self.owner, self.name, _MISSING)
+    # Read past the wrapper's deprecation warnings; import lazily loaded names as the wrapper would.
+    wrapped = self.owner._tfmw_wrapped_module  # pylint: disable=protected-access
+    if self.name in wrapped.__dict__:
+      return wrapped.__dict__[self.name]
+    if self.name in (self.owner._tfmw_public_apis or {}):  # pylint: disable=protected-access
+      return self.owner._tfmw_import_module(self.name)  # pylint: disable=protected-access
+    return _MISSING
+
   def apply(self) -> None:
-    self.old = getattr(self.owner, self.name, _MISSING)
+    self.old = self._current()
     all_names = self.owner.__dict__.get('__all__')
     self.old_all = list(all_names) if isinstance(all_names, list) else None
     setattr(self.owner, self.name, self.value)
@@ -86,8 +97,8 @@ class _Patch(object):
       all_names[:] = self.old_all
 
 
-def _targets() -> List[tuple]:
-  """(namespace path, {name: our object}) for every namespace we touch."""
+def _targets() -> tuple:
+  """([(namespace path, {name: our object})], contrib modules by name) for every namespace we touch."""
   contrib = namespaces.contrib_modules()
   resolvers = namespaces.cluster_resolver_names()
   return [
