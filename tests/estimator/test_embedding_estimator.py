@@ -1,0 +1,198 @@
+"""EmbeddingConfigSpec in TPUEstimator (SEMANTICS.md 8-9): tables trained by the engine, checked against NumPy."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tpu_estimator as te
+from tests.embedding import numpy_reference as ref
+from tpu_estimator import experimental as tex
+
+RNG = np.random.RandomState(7)
+N, G = 96, 16
+A = RNG.randint(0, 10, size=(N, 3)).astype(np.int64)  # duplicates within and across rows
+A[0] = [4, 4, 2]
+B = RNG.randint(0, 7, size=(N,)).astype(np.int64)
+C = A[:, :1].copy()  # shares table t1 with 'a'
+Y = RNG.randn(N).astype(np.float32)
+W = np.linspace(-1, 1, 12).astype(np.float32)  # fixed readout: logit = acts . W
+INIT = {'t1': 0.1, 't2': 0.2}
+
+
+def input_fn(params):
+  dataset = tf.data.Dataset.from_tensor_slices(({'a': A, 'b': B, 'c': C}, Y))
+  return dataset.repeat().batch(params['batch_size'], drop_remainder=True)
+
+
+def model_fn(features, labels, mode, params):
+  acts = tf.concat([features['a'], features['b'], features['c']], axis=1)
+  logit = tf.squeeze(tf.matmul(acts, tf.constant(W.reshape(12, 1))), 1)
+  if mode == tf.estimator.ModeKeys.PREDICT:
+    return te.TPUEstimatorSpec(mode, predictions={'logit': logit})
+  loss = tf.reduce_mean(tf.square(logit - labels))
+  if mode != tf.estimator.ModeKeys.TRAIN:
+    return te.TPUEstimatorSpec(mode, loss=loss, predictions={'logit': logit},
+                               eval_metrics=(lambda l: {'mean_logit': tf.compat.v1.metrics.mean(l)}, [logit]))
+  opt = te.CrossShardOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  return te.TPUEstimatorSpec(mode, loss=loss, train_op=opt.minimize(loss, tf.compat.v1.train.get_global_step()))
+
+
+def make_spec(parameters, partition_strategy='div', **kwargs):
+  return tex.EmbeddingConfigSpec(
+      table_to_config_dict={
+          't1': tex.TableConfig(10, 4, initializer=tf.compat.v1.constant_initializer(INIT['t1'])),
+          't2': tex.TableConfig(7, 4, initializer=tf.compat.v1.constant_initializer(INIT['t2']))},
+      feature_to_config_dict={'a': tex.FeatureConfig('t1'), 'b': tex.FeatureConfig('t2'),
+                              'c': tex.FeatureConfig('t1')},
+      optimization_parameters=parameters, partition_strategy=partition_strategy, **kwargs)
+
+
+def train(tmp_path, spec, num_shards=2, iterations_per_loop=2, steps=3):
+  config = te.RunConfig(model_dir=str(tmp_path), tpu_config=te.TPUConfig(iterations_per_loop=iterations_per_loop,
+                                                                          num_shards=num_shards))
+  estimator = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=G, eval_batch_size=G,
+                              predict_batch_size=G, embedding_config_spec=spec)
+  estimator.train(input_fn, max_steps=steps)
+  return estimator
+
+
+def numpy_training(kind, steps, lr, multiplier=1.0, **hparams):
+  """The TPU update from the formulas: per-id gradient sums over all rows/features, one update per id."""
+  tables = {name: ref.init_state(kind, np.full((v, 4), INIT[name]), **hparams)
+            for name, v in (('t1', 10), ('t2', 7))}
+  for s in range(steps):
+    rows = np.arange(s * G, (s + 1) * G) % N
+    a, b, c, y = A[rows], B[rows], C[rows], Y[rows]
+    t1, t2 = tables['t1']['params'], tables['t2']['params']
+    act_a, act_b, act_c = t1[a].mean(axis=1), t2[b], t1[c[:, 0]]
+    logit = np.concatenate([act_a, act_b, act_c], axis=1) @ W
+    dlogit = 2.0 * (logit - y) / G * multiplier
+    g_a, g_b, g_c = np.outer(dlogit, W[0:4]), np.outer(dlogit, W[4:8]), np.outer(dlogit, W[8:12])
+    ids1 = np.concatenate([a.reshape(-1), c[:, 0]])
+    grads1 = np.concatenate([np.repeat(g_a / 3.0, 3, axis=0), g_c])
+    tables['t1'] = ref.lazy_table_step(kind, tables['t1'], ids1, grads1, lr, **hparams)
+    tables['t2'] = ref.lazy_table_step(kind, tables['t2'], b, g_b, lr, **hparams)
+  return tables
+
+
+CASES = {
+    'sgd': (tex.StochasticGradientDescentParameters(0.3), {}),
+    'adagrad': (tex.AdagradParameters(0.3, initial_accumulator=0.1), {'initial_accumulator_value': 0.1}),
+    'adam': (tex.AdamParameters(0.05, beta1=0.8, beta2=0.9, epsilon=1e-3),
+             {'beta_1': 0.8, 'beta_2': 0.9, 'adam_epsilon': 1e-3, 'sum_inside_sqrt': True}),
+    'ftrl': (tex.FtrlParameters(0.3, l1_regularization_strength=0.01, l2_regularization_strength=0.02),
+             {'l1': 0.01, 'l2': 0.02, 'initial_accumulator_value': 0.1}),
+}
+SLOT_NAMES = {'sgd': {}, 'adagrad': {'accumulators': 'Adagrad'},
+              'adam': {'momenta': 'Adam/m', 'velocities': 'Adam/v'},
+              'ftrl': {'accumulators': 'Ftrl', 'linears': 'Ftrl_1'}}
+
+
+@pytest.mark.parametrize('kind', list(CASES))
+def test_tables_and_slots_match_numpy_after_3_steps(tmp_path, kind):
+  parameters, hparams = CASES[kind]
+  estimator = train(tmp_path, make_spec(parameters), num_shards=2, steps=3)
+  expected = numpy_training(kind, 3, parameters.learning_rate, **hparams)
+  for table in ('t1', 't2'):
+    np.testing.assert_allclose(estimator.get_variable_value(table), expected[table]['params'], atol=1e-5,
+                               err_msg=table)
+    for slot, suffix in SLOT_NAMES[kind].items():
+      np.testing.assert_allclose(estimator.get_variable_value('{}/{}'.format(table, suffix)),
+                                 expected[table][slot], atol=1e-5, err_msg=slot)
+  # The tables moved, and untouched rows of t1 kept their initial value (lazy update).
+  assert np.abs(estimator.get_variable_value('t1') - INIT['t1']).max() > 1e-3
+
+
+def test_shard_partition_and_loop_invariance(tmp_path):
+  parameters = tex.AdagradParameters(0.3)
+  runs = {
+      '1-div-2': (1, 'div', 2), '2-div-2': (2, 'div', 2), '4-div-2': (4, 'div', 2),
+      '4-mod-2': (4, 'mod', 2), '2-mod-1': (2, 'mod', 1), '2-div-3': (2, 'div', 3),
+  }
+  values = {}
+  for name, (shards, strategy, ipl) in runs.items():
+    estimator = train(tmp_path / name, make_spec(parameters, strategy), num_shards=shards, iterations_per_loop=ipl,
+                      steps=4)
+    values[name] = {v: estimator.get_variable_value(v) for v in ('t1', 't1/Adagrad', 't2', 't2/Adagrad')}
+  for name in runs:
+    for var, value in values[name].items():
+      np.testing.assert_allclose(value, values['1-div-2'][var], atol=1e-6, err_msg='{} {}'.format(name, var))
+
+
+def test_gradient_multiplier_and_clipping(tmp_path):
+  spec = make_spec(tex.StochasticGradientDescentParameters(0.3),
+                   experimental_gradient_multiplier_fn=lambda step: 0.5, clipping_limit=0.01)
+  estimator = train(tmp_path, spec, steps=2)
+  expected = numpy_training('sgd', 2, 0.3, multiplier=0.5, clip_gradient_min=-0.01, clip_gradient_max=0.01)
+  np.testing.assert_allclose(estimator.get_variable_value('t1'), expected['t1']['params'], atol=1e-6)
+  np.testing.assert_allclose(estimator.get_variable_value('t2'), expected['t2']['params'], atol=1e-6)
+
+
+def test_learning_rate_fn_sees_the_step_before_the_update(tmp_path):
+  spec = tex.EmbeddingConfigSpec(
+      table_to_config_dict={
+          't1': tex.TableConfig(10, 4, initializer=tf.compat.v1.constant_initializer(0.1),
+                                learning_rate_fn=lambda step: 0.3 / tf.cast(step + 1, tf.float32)),
+          't2': tex.TableConfig(7, 4, initializer=tf.compat.v1.constant_initializer(0.2), learning_rate=0.3)},
+      feature_to_config_dict={'a': tex.FeatureConfig('t1'), 'b': tex.FeatureConfig('t2'),
+                              'c': tex.FeatureConfig('t1')},
+      optimization_parameters=tex.StochasticGradientDescentParameters(1.0))
+  estimator = train(tmp_path, spec, steps=1)
+  expected_t1 = numpy_training('sgd', 1, 0.3)['t1']['params']  # step 0: lr = 0.3 / 1
+  np.testing.assert_allclose(estimator.get_variable_value('t1'), expected_t1, atol=1e-6)
+  estimator.train(input_fn, max_steps=2)
+  assert np.abs(estimator.get_variable_value('t1') - expected_t1).max() > 0
+
+
+def test_eval_and_predict_use_tables_read_only(tmp_path):
+  estimator = train(tmp_path, make_spec(tex.AdagradParameters(0.3)), steps=2)
+  t1, t2 = estimator.get_variable_value('t1'), estimator.get_variable_value('t2')
+  logits = np.concatenate([t1[A].mean(axis=1), t2[B], t1[C[:, 0]]], axis=1) @ W
+  metrics = estimator.evaluate(input_fn, steps=2)
+  np.testing.assert_allclose(metrics['mean_logit'], logits[:2 * G].mean(), rtol=1e-5)
+  predictions = list(estimator.predict(
+      lambda params: tf.data.Dataset.from_tensor_slices({'a': A[:20], 'b': B[:20], 'c': C[:20]}).batch(
+          params['batch_size'])))
+  assert len(predictions) == 20
+  np.testing.assert_allclose([p['logit'] for p in predictions], logits[:20], rtol=1e-5)
+  np.testing.assert_array_equal(estimator.get_variable_value('t1'), t1)
+
+
+def test_bad_ids_name_the_feature_and_leave_tables_unchanged(tmp_path):
+  estimator = train(tmp_path, make_spec(tex.StochasticGradientDescentParameters(0.3)), steps=1)
+  before = estimator.get_variable_value('t2')
+
+  def bad_input_fn(params):
+    bad_b = B.copy()
+    bad_b[3] = 99
+    dataset = tf.data.Dataset.from_tensor_slices(({'a': A, 'b': bad_b, 'c': C}, Y))
+    return dataset.repeat().batch(params['batch_size'], drop_remainder=True)
+
+  with pytest.raises(tf.errors.InvalidArgumentError, match=r"b.*t2|t2.*b"):
+    estimator.train(bad_input_fn, max_steps=2)
+  np.testing.assert_array_equal(estimator.get_variable_value('t2'), before)
+  assert estimator.get_variable_value('global_step') == 1
+
+
+def test_missing_embedding_feature_is_named(tmp_path):
+  config = te.RunConfig(model_dir=str(tmp_path), tpu_config=te.TPUConfig(num_shards=2))
+  estimator = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=G,
+                              embedding_config_spec=make_spec(tex.AdagradParameters(0.1)))
+
+  def partial_input_fn(params):
+    return tf.data.Dataset.from_tensor_slices(({'a': A, 'c': C}, Y)).batch(params['batch_size'], True)
+
+  with pytest.raises(ValueError, match="Embedding feature 'b' \\(table 't2'\\) is missing"):
+    estimator.train(partial_input_fn, max_steps=1)
+
+
+def test_spec_validation():
+  with pytest.raises(ValueError, match='Exactly one of `feature_columns` and the pair'):
+    tex.EmbeddingConfigSpec()
+  with pytest.raises(ValueError, match='Invalid partition_strategy x'):
+    make_spec(tex.AdagradParameters(0.1), partition_strategy='x')
+  with pytest.raises(ValueError, match='Feature a refers to table t9 which is not in the table_to_config_dict.'):
+    tex.EmbeddingConfigSpec(table_to_config_dict={'t1': tex.TableConfig(10, 4)},
+                            feature_to_config_dict={'a': tex.FeatureConfig('t9')})
+  with pytest.raises(ValueError, match='Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding'):
+    te.TPUEstimator(model_fn=model_fn, train_batch_size=G, embedding_config_spec=make_spec(tex.AdagradParameters(1.)),
+                    config=te.RunConfig(tpu_config=te.TPUConfig(per_host_input_for_training=False)))
