@@ -117,9 +117,11 @@ class EmbeddingConfigSpec(
         if not _tf_internal.is_tpu_embedding_column(column):
           raise TypeError('All feature columns must be TPU embedding columns (tf.tpu.experimental.embedding_column'
                           ' or shared_embedding_columns). Got {}'.format(type(column)))
-      if optimization_parameters is None or not embedding.optimizers.is_optimizer(optimization_parameters):
+      try:
+        embedding.to_optimizer(optimization_parameters)
+      except (TypeError, ValueError):
         raise ValueError('optimization_parameters must be an instance of an embedding optimizer parameters '
-                         'class (e.g. AdagradParameters). Got {}.'.format(type(optimization_parameters)))
+                         'class (e.g. AdagradParameters). Got {}.'.format(type(optimization_parameters))) from None
     else:
       for feature, config in feature_to_config_dict.items():
         if not _is_config(config, ('table_id', 'max_sequence_length', 'weight_key')):
