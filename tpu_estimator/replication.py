@@ -203,6 +203,9 @@ def run_replicated(fn: Callable[[int], Any], devices: Sequence[str]) -> List[Any
     Whatever `fn` raised in any replica (the first error), or RuntimeError when replicas diverge.
   """
   graph = tf.compat.v1.get_default_graph()
+  # Replica threads interleave device/colocation/control-dependency scopes: they must be per thread, as in
+  # TF2 graphs (TF1 behaviour, e.g. after tf.compat.v1.disable_v2_behavior(), shares them). As MirroredStrategy.
+  graph.switch_to_thread_local()
   coordinator = _Coordinator(graph, devices)
   base_collections = graph._collections  # pylint: disable=protected-access
   flow_context = graph._get_control_flow_context()  # pylint: disable=protected-access
