@@ -558,18 +558,30 @@ class TPUEmbedding(tf.Module):
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def _trackable_children(self, save_type="checkpoint", **kwargs):
-        # Checkpoints: upstream's logical layout `{table}`, `{table}/{slot}` whatever the number of shards.
-        # SavedModels: the physical variables, which the exported functions capture.
         del kwargs
-        if str(getattr(save_type, "value", save_type)).lower() == "savedmodel":
-            out = {}
-            for name, table in self._engine.tables.items():
-                out[name] = self._table_view(name)
-                for slot in table.slot_names:
-                    for k, var in enumerate(table.slot_shards(slot)):
-                        out[f"{name}/{slot}/shard_{k}"] = var
-            return out
-        return self._engine.logical_tensors()
+        return trackable_children(self._engine, save_type, self._table_view)
+
+
+def trackable_children(engine: EmbeddingEngine, save_type: Any, table_view: Any) -> Dict[str, Any]:
+    """Checkpoint children of an API object holding `engine`.
+
+    Checkpoints get upstream's logical layout `{table}`, `{table}/{slot}` whatever the number of shards;
+    SavedModels get the physical variables, which exported functions capture (`table_view(name)` for a table).
+    """
+    if str(getattr(save_type, "value", save_type)).lower() == "savedmodel":
+        out = {}
+        for name, table in engine.tables.items():
+            view = table_view(name)
+            if isinstance(view, (list, tuple, tf.Tensor)):
+                for k, var in enumerate(table.shards):
+                    out[f"{name}/shard_{k}"] = var
+            else:
+                out[name] = view
+            for slot in table.slot_names:
+                for k, var in enumerate(table.slot_shards(slot)):
+                    out[f"{name}/{slot}/shard_{k}"] = var
+        return out
+    return engine.logical_tensors()
 
 
 def _as_variable(shards: Sequence[tf.Variable], name: str) -> Any:
