@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import tensorflow as tf
 
 import embedding
+import embedding.serving  # pylint: disable=unused-import
 from embedding import checkpointing
 from tpu_estimator import _estimator_lib
 from tpu_estimator import _tf_internal
@@ -239,3 +240,40 @@ class EmbeddingBridge(object):
       checkpointing.register_shard_variable(variable)
     checkpointing.add_saveables_to_graph(self.engine.saveables())
     self._names_set = True
+
+
+def serving_features(spec: EmbeddingConfigSpec, features: Any) -> dict:
+  """Features with the embedding activations computed by plain TensorFlow lookups on full tables.
+
+  Used for the CPU path and export of dict-configured embeddings: one variable `[vocabulary, dim]` per table,
+  named as the table's checkpoint key, so the export restores the logical tables of training checkpoints and any
+  TensorFlow runtime serves the model.
+
+  Raises:
+    ValueError: features is not a dict, or an embedding feature is missing.
+  """
+  resolved = resolve_embedding_config(spec)
+  if not isinstance(features, dict):
+    raise ValueError('With an embedding_config_spec, features must be a dict; got {}.'.format(type(features)))
+  tables = {}
+  for name, table in resolved.tables.items():
+    tables[name] = tf.compat.v1.get_variable(name, shape=[table.vocabulary_size, table.dim], dtype=tf.float32,
+                                             initializer=tf.compat.v1.zeros_initializer(), trainable=False)
+  inputs, weights = collections.OrderedDict(), collections.OrderedDict()
+  for feature in resolved.features:
+    if feature.key not in features:
+      raise ValueError('Embedding feature {!r} (table {!r}) is missing from the serving features.'.format(
+          feature.key, feature.table_name))
+    sequence = feature.max_sequence_length > 0
+    inputs[feature.key] = _as_engine_input(features[feature.key], sequence)
+    weight = features.get(feature.weight_key) if feature.weight_key else None
+    weights[feature.key] = _as_engine_input(weight, sequence) if weight is not None else None
+  activations = embedding.serving.serving_embedding_lookup(inputs, weights, tables, resolved.feature_config)
+  result = {k: v for k, v in features.items() if k not in resolved.raw_keys}
+  for feature in resolved.features:
+    result[feature.key] = activations[feature.key]
+    if feature.max_sequence_length:
+      batch = tf.shape(activations[feature.key])[0]
+      result[feature.key + SEQUENCE_LENGTH_SUFFIX] = _sequence_lengths(inputs[feature.key],
+                                                                       feature.max_sequence_length, batch)
+  return result

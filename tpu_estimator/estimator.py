@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tpu_estimator import _estimator_lib
 from tpu_estimator import _tf_internal
+from tpu_estimator import embedding_bridge
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import rewrite as rewrite_lib
@@ -207,6 +208,7 @@ class TPUEstimator(_estimator_lib.Estimator):
     if not is_export_mode and ctx.global_batch_size is not None:
       params['batch_size'] = ctx.global_batch_size
     params['use_tpu'] = False
+    features = self._embedding_features_on_cpu(features, mode)
     graph = tf.compat.v1.get_default_graph()
     first_op = len(graph.get_operations())
     spec = call_user_model_fn(model_fn, features, labels, mode, config, params)
@@ -220,6 +222,22 @@ class TPUEstimator(_estimator_lib.Estimator):
           ctx, spec.loss, every_n_runs=self._log_every_n_steps)))
     return spec
 
+  def _embedding_features_on_cpu(self, features, mode):
+    """Dict-configured embeddings off the shards: activations from plain lookups on the full tables.
+
+    Feature-column models need nothing: the columns look up their own variables on the CPU path.
+
+    Raises:
+      ValueError: training dict-configured embeddings on the CPU path (their optimizer runs on shards).
+    """
+    spec = self._embedding_config_spec
+    if spec is None or spec.feature_columns:
+      return features
+    if mode == ModeKeys.TRAIN:
+      raise ValueError('Training with an EmbeddingConfigSpec of feature_to_config_dict/table_to_config_dict needs '
+                       'the shards: use use_tpu=True (any num_shards, also 1 on a CPU).')
+    return embedding_bridge.serving_features(spec, features)
+
   def _call_for_tpu_export(self, model_fn, features, labels, config, params):
     """The PREDICT graph of the {serve, tpu} metagraph: `params['use_tpu']=True`; API V1 wraps it in `rewrite`."""
     params = dict(params)
@@ -227,7 +245,8 @@ class TPUEstimator(_estimator_lib.Estimator):
     mode = ModeKeys.PREDICT
 
     def build():
-      spec = call_user_model_fn(model_fn, features, labels, mode, config, params)
+      spec = call_user_model_fn(model_fn, self._embedding_features_on_cpu(features, mode), labels, mode, config,
+                                params)
       return spec.as_estimator_spec() if isinstance(spec, TPUEstimatorSpec) else spec
 
     if self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1):

@@ -40,6 +40,8 @@ def make_model_fn(spec_cls, wrap):
     net = tf.concat([net, features['x']], axis=1)
     logits = tf.squeeze(tf.compat.v1.layers.dense(
         net, 1, kernel_initializer=tf.compat.v1.constant_initializer(0.3)), 1)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+      return spec_cls(mode, predictions={'logit': logits})
     loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
     if mode == tf.estimator.ModeKeys.EVAL:
       metric_fn = lambda labels, logits: {'auc': tf.compat.v1.metrics.auc(labels, tf.sigmoid(logits)),
@@ -61,7 +63,7 @@ def ours(model_dir, num_shards=2):
   config = te.RunConfig(model_dir=str(model_dir), tpu_config=te.TPUConfig(iterations_per_loop=2,
                                                                           num_shards=num_shards))
   return te.TPUEstimator(model_fn=make_model_fn(te.TPUEstimatorSpec, te.CrossShardOptimizer), config=config,
-                         train_batch_size=G, eval_batch_size=G, embedding_config_spec=spec)
+                         train_batch_size=G, eval_batch_size=G, predict_batch_size=8, embedding_config_spec=spec)
 
 
 def upstream(model_dir):
@@ -109,3 +111,23 @@ def test_checkpoints_are_interchangeable_with_upstream(trained):
   for metrics in (theirs_metrics, cross_up, cross_ours):
     np.testing.assert_allclose(metrics['auc'], ours_metrics['auc'], rtol=1e-4)
     np.testing.assert_allclose(metrics['mean_logit'], ours_metrics['mean_logit'], rtol=1e-4, atol=1e-6)
+
+
+def test_export_serves_what_predict_predicts(trained, tmp_path):
+  base, _ = trained
+  estimator = ours(base / 'ours')
+  rows = {k: v[:10] for k, v in FEATURES.items()}
+  predicted = np.array([p['logit'] for p in estimator.predict(
+      lambda params: tf.data.Dataset.from_tensor_slices(rows).batch(params['batch_size']))])
+  assert predicted.shape == (10,)
+
+  def serving_input_fn():
+    features = {'a': tf.compat.v1.placeholder(tf.int64, [None]), 'b': tf.compat.v1.placeholder(tf.int64, [None]),
+                'c': tf.compat.v1.placeholder(tf.int64, [None, 2]),
+                'x': tf.compat.v1.placeholder(tf.float32, [None, 2])}
+    return tf.estimator.export.ServingInputReceiver(features, features)
+
+  export_dir = estimator.export_saved_model(str(tmp_path), serving_input_fn).decode()
+  served = tf.saved_model.load(export_dir, tags=['serve']).signatures['serving_default'](
+      **{k: tf.constant(v) for k, v in rows.items()})['logit'].numpy()
+  np.testing.assert_allclose(served, predicted, rtol=1e-5)

@@ -196,3 +196,44 @@ def test_spec_validation():
   with pytest.raises(ValueError, match='Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding'):
     te.TPUEstimator(model_fn=model_fn, train_batch_size=G, embedding_config_spec=make_spec(tex.AdagradParameters(1.)),
                     config=te.RunConfig(tpu_config=te.TPUConfig(per_host_input_for_training=False)))
+
+
+def _serving_input_fn():
+  a = tf.compat.v1.sparse_placeholder(tf.int64, [None, None], name='a')
+  b = tf.compat.v1.placeholder(tf.int64, [None], name='b')
+  c = tf.compat.v1.placeholder(tf.int64, [None, 1], name='c')
+  features = {'a': a, 'b': b, 'c': c}
+  return tf.estimator.export.ServingInputReceiver(features, features)
+
+
+@pytest.mark.parametrize('partition_strategy', ['div', 'mod'])
+def test_export_serves_predict_with_plain_lookups(tmp_path, partition_strategy):
+  estimator = train(tmp_path, make_spec(tex.AdagradParameters(0.3), partition_strategy), num_shards=2, steps=3)
+  predicted = np.array([p['logit'] for p in estimator.predict(
+      lambda params: tf.data.Dataset.from_tensor_slices({'a': A[:8], 'b': B[:8], 'c': C[:8]}).batch(
+          params['batch_size']))])
+  export_dir = estimator.export_saved_model(str(tmp_path / 'export'), _serving_input_fn).decode()
+  with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    meta = tf.compat.v1.saved_model.loader.load(session, ['serve'], export_dir)
+    ops = {op.type for op in session.graph.get_operations()}
+    assert not any('TPU' in t for t in ops)
+    signature = meta.signature_def['serving_default']
+    rows, cols = np.meshgrid(np.arange(8), np.arange(3), indexing='ij')
+    a_info = signature.inputs['a']
+    feed = {
+        a_info.coo_sparse.indices_tensor_name: np.stack([rows.ravel(), cols.ravel()], 1),
+        a_info.coo_sparse.values_tensor_name: A[:8].ravel(),
+        a_info.coo_sparse.dense_shape_tensor_name: [8, 3],
+        signature.inputs['b'].name: B[:8],
+        signature.inputs['c'].name: C[:8],
+    }
+    served = session.run(signature.outputs['logit'].name, feed)
+  np.testing.assert_allclose(served, predicted, rtol=1e-5)
+
+
+def test_dict_embeddings_cannot_train_on_the_cpu_path(tmp_path):
+  config = te.RunConfig(model_dir=str(tmp_path))
+  estimator = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=G, use_tpu=False,
+                              embedding_config_spec=make_spec(tex.AdagradParameters(0.1)))
+  with pytest.raises(ValueError, match='needs the shards: use use_tpu=True'):
+    estimator.train(input_fn, max_steps=1)
