@@ -101,6 +101,11 @@ class EmbeddingBridge(object):
   def features(self):
     return self._resolved.features
 
+  @property
+  def pipelined(self) -> bool:
+    """Whether TRAIN overlaps step t's update with step t+1 (`pipeline_execution_with_tensor_core`)."""
+    return self._training and bool(self._spec.pipeline_execution_with_tensor_core)
+
   # ---- host side: inputs -> activations -----------------------------------------------------------------
 
   def _pop_inputs(self, features: Any) -> Tuple[dict, dict, dict]:
@@ -134,10 +139,16 @@ class EmbeddingBridge(object):
       remaining.pop(key, None)
     return remaining, ids, weights
 
-  def prepare(self, per_replica: List[Tuple[Any, Any]], host_device: str):
-    """Looks up this step's activations; returns the replicas' new inputs and the step's engine batches."""
+  def preprocess(self, per_replica: List[Tuple[Any, Any]], host_device: str):
+    """Host stage (no table access): pops the embedding inputs, joins the replicas, deduplicates per table.
+
+    Returns:
+      `(per_replica, batches)`: each replica's `(features, labels)` without the embedding inputs (plus the
+      sequence lengths of sequence features), and the engine batches of the global step.
+    """
     popped = [self._pop_inputs(features) for features, _ in per_replica]
     global_ids, global_weights = collections.OrderedDict(), collections.OrderedDict()
+    outputs = []
     with tf.device(host_device), tf.name_scope('tpu_embedding_inputs'):
       for feature in self._resolved.features:
         sequence = feature.max_sequence_length > 0
@@ -148,20 +159,42 @@ class EmbeddingBridge(object):
         else:
           global_weights[feature.key] = None
       batches = self.engine.preprocess(global_ids, global_weights)
+      for (_, labels), (remaining, ids, _) in zip(per_replica, popped):
+        features = dict(remaining)
+        for feature in self._resolved.features:
+          if feature.max_sequence_length:
+            features[feature.key + SEQUENCE_LENGTH_SUFFIX] = _sequence_lengths(
+                ids[feature.key], feature.max_sequence_length, self._replica_batch_size(ids[feature.key]))
+        outputs.append((features, labels))
+    return outputs, batches
+
+  @staticmethod
+  def _replica_batch_size(ids: Any) -> Any:
+    if isinstance(ids, tf.SparseTensor):
+      static = tf.get_static_value(ids.dense_shape)
+      return int(static[0]) if static is not None else tf.cast(ids.dense_shape[0], tf.int32)
+    if isinstance(ids, tf.RaggedTensor):
+      return ids.nrows(out_type=tf.int32)
+    return ids.shape[0] if ids.shape[0] is not None else tf.shape(ids)[0]
+
+  def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches, host_device: str):
+    """Table stage: one lookup per table for the step; each replica gets its rows under the feature keys."""
+    with tf.device(host_device), tf.name_scope('tpu_embedding_lookup'):
       activations = self.engine.activations(batches)
-    new_inputs = []
-    splits = {key: tf.split(act, self._num_replicas, axis=0) if self._num_replicas > 1 else [act]
-              for key, act in activations.items()}
-    for replica, ((_, labels), (remaining, ids, _)) in enumerate(zip(per_replica, popped)):
-      features = dict(remaining)
+      splits = {key: tf.split(act, self._num_replicas, axis=0) if self._num_replicas > 1 else [act]
+                for key, act in activations.items()}
+    outputs = []
+    for replica, (features, labels) in enumerate(per_replica):
+      features = dict(features)
       for feature in self._resolved.features:
         features[feature.key] = splits[feature.key][replica]
-        if feature.max_sequence_length:
-          batch = splits[feature.key][replica].shape[0]
-          features[feature.key + SEQUENCE_LENGTH_SUFFIX] = _sequence_lengths(
-              ids[feature.key], feature.max_sequence_length, batch)
-      new_inputs.append((features, labels))
-    return new_inputs, batches
+      outputs.append((features, labels))
+    return outputs
+
+  def prepare(self, per_replica: List[Tuple[Any, Any]], host_device: str):
+    """Both stages in one step (EVAL/PREDICT): returns the replicas' inputs and the engine batches."""
+    per_replica, batches = self.preprocess(per_replica, host_device)
+    return self.attach_activations(per_replica, batches, host_device), batches
 
   def tap_activations(self, features: dict) -> dict:
     """In a replica: routes each activation through the gradient tap (TRAIN only)."""
@@ -189,28 +222,71 @@ class EmbeddingBridge(object):
 
   # ---- after the replicas: gradients -> engine update ------------------------------------------------------
 
+  def _activation_gradients(self) -> Dict[str, Optional[tf.Tensor]]:
+    """The tapped activation gradients of this step, joined over replicas (None: feature unused)."""
+    grads = collections.OrderedDict()
+    for feature in self._resolved.features:
+      pieces = [self._gradients.get((r, feature.key)) for r in range(self._num_replicas)]
+      if all(p is None for p in pieces):
+        tf.compat.v1.logging.warning(
+            'Embedding feature %s has no gradient: the model does not use its activation (or the optimizer '
+            'did not differentiate through it). Zero gradients are applied.', feature.key)
+        grads[feature.key] = None
+        continue
+      template = next(p for p in pieces if p is not None)
+      grads[feature.key] = _join_replicas([p if p is not None else tf.zeros_like(template) for p in pieces])
+    self._gradients.clear()
+    return grads
+
+  def _gradient_multiplier(self) -> Optional[tf.Tensor]:
+    if self._spec.experimental_gradient_multiplier_fn is None:
+      return None
+    return tf.cast(self._spec.experimental_gradient_multiplier_fn(tf.compat.v1.train.get_global_step()),
+                   tf.float32)
+
   def apply_gradients(self, batches, host_device: str) -> tf.Operation:
     """The engine update of this step from the tapped activation gradients of every replica."""
-    grads = collections.OrderedDict()
     with tf.device(host_device), tf.name_scope('tpu_embedding_gradients'):
-      for feature in self._resolved.features:
-        pieces = [self._gradients.get((r, feature.key)) for r in range(self._num_replicas)]
-        if all(p is None for p in pieces):
-          tf.compat.v1.logging.warning(
-              'Embedding feature %s has no gradient: the model does not use its activation (or the optimizer '
-              'did not differentiate through it). Zero gradients are applied.', feature.key)
-          grads[feature.key] = None
-          continue
-        template = next(p for p in pieces if p is not None)
-        pieces = [p if p is not None else tf.zeros_like(template) for p in pieces]
-        grads[feature.key] = _join_replicas(pieces)
-      multiplier = None
-      if self._spec.experimental_gradient_multiplier_fn is not None:
-        multiplier = tf.cast(self._spec.experimental_gradient_multiplier_fn(
-            tf.compat.v1.train.get_global_step()), tf.float32)
-      update = self.engine.apply_gradients(batches, grads, gradient_multiplier=multiplier)
-    self._gradients.clear()
-    return update
+      return self.engine.apply_gradients(batches, self._activation_gradients(),
+                                         gradient_multiplier=self._gradient_multiplier())
+
+  # ---- pipelined updates (pipeline_execution_with_tensor_core) ----------------------------------------------
+
+  def empty_pending(self) -> List[tf.Tensor]:
+    """Loop state of a pipelined update: per table, no ids and no gradients yet."""
+    state = []
+    for table in self.engine.tables.values():
+      state += [tf.zeros([0], tf.int64), tf.zeros([0, table.dim], tf.float32)]
+    return state
+
+  def pending_shape_invariants(self) -> List[tf.TensorShape]:
+    shapes = []
+    for table in self.engine.tables.values():
+      shapes += [tf.TensorShape([None]), tf.TensorShape([None, table.dim])]
+    return shapes
+
+  def step_pending(self, batches, host_device: str) -> List[tf.Tensor]:
+    """This step's update, held back: per table its unique ids and accumulated, checked gradients."""
+    with tf.device(host_device), tf.name_scope('tpu_embedding_gradients'):
+      grads = self.engine.table_gradients(batches, self._activation_gradients())
+      multiplier = self._gradient_multiplier()
+      state = []
+      for name in self.engine.tables:
+        grad = grads[name] if multiplier is None else grads[name] * multiplier
+        grad = tf.debugging.check_numerics(grad, "Non-finite embedding gradient for table '{}'".format(name))
+        state += [batches[name].unique_ids, grad]
+    return state
+
+  def apply_pending(self, pending: List[tf.Tensor], host_device: str) -> tf.Operation:
+    """Applies a held-back update (one optimizer application per table)."""
+    ops = []
+    with tf.device(host_device), tf.name_scope('tpu_embedding_pipelined_update'):
+      for index, table in enumerate(self.engine.tables.values()):
+        ids, grads = pending[2 * index], pending[2 * index + 1]
+        op = table.apply_gradients(ids, grads, table.optimizer.learning_rate_tensor())
+        if op is not None:
+          ops.append(op)
+    return tf.group(*ops)
 
   # ---- checkpoint layout -----------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import replication
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge
-from tpu_estimator.input_pipeline import InputPipeline
+from tpu_estimator.input_pipeline import InputPipeline, TensorInfeedHook
 from tpu_estimator.spec import TPUEstimatorSpec, call_scaffold_fn
 
 ModeKeys = _estimator_lib.ModeKeys
@@ -152,6 +152,35 @@ class ShardedModeBuilder(object):
       return per_replica, None
     return self._bridge.prepare(per_replica, self._ctx.host_device)
 
+  def _embedding_infeed(self, pipeline: InputPipeline):
+    """Host-side enqueue of preprocessed embedding inputs, run by an infeed thread ahead of the loop.
+
+    Returns:
+      `(dequeue, hook)`: `dequeue()` builds, inside the loop, the step's per-replica inputs and engine batches;
+      `hook` runs the enqueue op in its thread while the shards compute.
+    """
+    ctx = self._ctx
+    per_replica, batches = self._bridge.preprocess(pipeline.next_step(), ctx.host_device)
+    structure = (per_replica, batches)
+    flat = tf.nest.flatten(structure, expand_composites=True)
+    with tf.device(ctx.host_device):
+      capacity = max(2, min(ctx.config.tpu_config.iterations_per_loop
+                            if isinstance(ctx.config.tpu_config.iterations_per_loop, int) else 2, 8))
+      queue = tf.queue.FIFOQueue(capacity=capacity, dtypes=[t.dtype for t in flat], name='embedding_infeed')
+      hook = TensorInfeedHook(queue.enqueue(flat), queue.close(cancel_pending_enqueues=True),
+                              ctx.config.tpu_config.initial_infeed_sleep_secs)
+
+    def dequeue():
+      with tf.device(ctx.host_device):
+        values = queue.dequeue()
+        values = list(values) if isinstance(values, (list, tuple)) else [values]
+        for value, original in zip(values, flat):
+          value.set_shape(original.shape)
+        step_inputs, step_batches = tf.nest.pack_sequence_as(structure, values, expand_composites=True)
+      return self._bridge.attach_activations(step_inputs, step_batches, ctx.host_device), step_batches
+
+    return dequeue, hook
+
   # ---- TRAIN ----------------------------------------------------------------------------------------------
 
   def _train(self, pipeline: InputPipeline, input_hooks) -> _estimator_lib.EstimatorSpec:
@@ -164,11 +193,17 @@ class ShardedModeBuilder(object):
     _ITERATIONS_BY_GRAPH[tf.compat.v1.get_default_graph()] = iterations
     every_n = ctx.config.tpu_config.experimental_host_call_every_n_steps
     captured = {}
+    next_inputs = lambda: self._next_inputs(pipeline)
+    if self._bridge is not None:
+      next_inputs, infeed_hook = self._embedding_infeed(pipeline)
+      input_hooks = list(input_hooks) + [infeed_hook]
 
-    def body(step, unused_loss):
+    pipelined = self._bridge is not None and self._bridge.pipelined
+
+    def body(step, unused_loss, *pending):
       graph = tf.compat.v1.get_default_graph()
       first_op = len(graph.get_operations())
-      per_replica, batches = self._next_inputs(pipeline)
+      per_replica, batches = next_inputs()
       specs = self._build_replicas(per_replica, ModeKeys.TRAIN)
       replica_ops = graph.get_operations()[first_op:]
       if ctx.num_replicas > 1 and replication.run_replicated.last_num_reductions == 0:
@@ -178,8 +213,15 @@ class ShardedModeBuilder(object):
         raise ValueError('model_fn must return loss and train_op in TRAIN mode.')
       captured['spec'] = spec
       side_effects = [spec.train_op]
-      if self._bridge is not None:
+      next_pending = []
+      if pipelined:
+        # The previous step's update runs after this step's lookups: activations are one update stale.
+        with tf.control_dependencies(tf.nest.flatten(per_replica)):
+          update = self._bridge.apply_pending(list(pending), ctx.host_device)
+        next_pending = self._bridge.step_pending(batches, ctx.host_device)
+      elif self._bridge is not None:
         update = self._bridge.apply_gradients(batches, ctx.host_device)
+      if self._bridge is not None:
         # As on a TPU, the step's reads (learning_rate_fn(global_step)) see the values from before the step.
         _tf_internal.order_variable_writes_after([update], replica_ops)
         side_effects.append(update)
@@ -191,12 +233,23 @@ class ShardedModeBuilder(object):
         side_effects.append(enqueue)
       with tf.control_dependencies(side_effects):
         loss = tf.identity(tf.cast(spec.loss, tf.float32))
-      return step + 1, loss
+      return [step + 1, loss] + next_pending
 
+    initial = [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)]
+    invariants = [tf.TensorShape([]), tf.TensorShape([])]
+    if pipelined:
+      initial += self._bridge.empty_pending()
+      invariants += self._bridge.pending_shape_invariants()
     with _tf_internal.v1_control_flow():
-      _, loss = tf.compat.v1.while_loop(lambda step, _: step < iterations, body,
-                                        [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)],
-                                        parallel_iterations=1, name='training_loop')
+      outputs = tf.compat.v1.while_loop(lambda step, *_: step < iterations, body, initial,
+                                        shape_invariants=invariants, parallel_iterations=1, name='training_loop')
+    loss = outputs[1]
+    if pipelined:
+      # The last step's update is applied when the loop ends, so every step's update lands in this Session.run.
+      with tf.control_dependencies([loss]):
+        final_update = self._bridge.apply_pending(list(outputs[2:]), ctx.host_device)
+      with tf.control_dependencies([final_update]):
+        loss = tf.identity(loss)
     spec = captured['spec']
     if self._bridge is not None:
       # Outside the loop: registration builds initialisation checks that must not live in the loop frame.

@@ -55,11 +55,19 @@ def train(tmp_path, spec, num_shards=2, iterations_per_loop=2, steps=3):
   return estimator
 
 
-def numpy_training(kind, steps, lr, multiplier=1.0, **hparams):
-  """The TPU update from the formulas: per-id gradient sums over all rows/features, one update per id."""
+def numpy_training(kind, steps, lr, multiplier=1.0, stale=False, **hparams):
+  """The TPU update from the formulas: per-id gradient sums over all rows/features, one update per id.
+
+  With `stale`, step t looks up the tables before step t-1's update is applied (pipelined execution);
+  the last update is applied at the end.
+  """
   tables = {name: ref.init_state(kind, np.full((v, 4), INIT[name]), **hparams)
             for name, v in (('t1', 10), ('t2', 7))}
-  for s in range(steps):
+  pending = None
+  for s in range(steps + (1 if stale else 0)):
+    if stale and s == steps:
+      tables = pending(tables)
+      break
     rows = np.arange(s * G, (s + 1) * G) % N
     a, b, c, y = A[rows], B[rows], C[rows], Y[rows]
     t1, t2 = tables['t1']['params'], tables['t2']['params']
@@ -69,8 +77,17 @@ def numpy_training(kind, steps, lr, multiplier=1.0, **hparams):
     g_a, g_b, g_c = np.outer(dlogit, W[0:4]), np.outer(dlogit, W[4:8]), np.outer(dlogit, W[8:12])
     ids1 = np.concatenate([a.reshape(-1), c[:, 0]])
     grads1 = np.concatenate([np.repeat(g_a / 3.0, 3, axis=0), g_c])
-    tables['t1'] = ref.lazy_table_step(kind, tables['t1'], ids1, grads1, lr, **hparams)
-    tables['t2'] = ref.lazy_table_step(kind, tables['t2'], b, g_b, lr, **hparams)
+
+    def update(tables, ids1=ids1, grads1=grads1, b=b, g_b=g_b):
+      return {'t1': ref.lazy_table_step(kind, tables['t1'], ids1, grads1, lr, **hparams),
+              't2': ref.lazy_table_step(kind, tables['t2'], b, g_b, lr, **hparams)}
+
+    if stale:
+      if pending is not None:
+        tables = pending(tables)
+      pending = update
+    else:
+      tables = update(tables)
   return tables
 
 
@@ -116,6 +133,17 @@ def test_shard_partition_and_loop_invariance(tmp_path):
   for name in runs:
     for var, value in values[name].items():
       np.testing.assert_allclose(value, values['1-div-2'][var], atol=1e-6, err_msg='{} {}'.format(name, var))
+
+
+def test_pipelined_execution_is_exactly_one_update_stale(tmp_path):
+  spec = make_spec(tex.AdagradParameters(0.3), pipeline_execution_with_tensor_core=True)
+  estimator = train(tmp_path, spec, num_shards=2, iterations_per_loop=4, steps=4)
+  stale = numpy_training('adagrad', 4, 0.3, stale=True)
+  fresh = numpy_training('adagrad', 4, 0.3)
+  np.testing.assert_allclose(estimator.get_variable_value('t1'), stale['t1']['params'], atol=1e-5)
+  np.testing.assert_allclose(estimator.get_variable_value('t1/Adagrad'), stale['t1']['accumulators'], atol=1e-5)
+  np.testing.assert_allclose(estimator.get_variable_value('t2'), stale['t2']['params'], atol=1e-5)
+  assert np.abs(stale['t1']['params'] - fresh['t1']['params']).max() > 1e-4  # staleness is observable
 
 
 def test_gradient_multiplier_and_clipping(tmp_path):
@@ -237,3 +265,18 @@ def test_dict_embeddings_cannot_train_on_the_cpu_path(tmp_path):
                               embedding_config_spec=make_spec(tex.AdagradParameters(0.1)))
   with pytest.raises(ValueError, match='needs the shards: use use_tpu=True'):
     estimator.train(input_fn, max_steps=1)
+
+
+def test_embedding_infeed_ends_cleanly_at_end_of_input(tmp_path):
+  def finite_input_fn(params):
+    dataset = tf.data.Dataset.from_tensor_slices(({'a': A, 'b': B, 'c': C}, Y))
+    return dataset.batch(params['batch_size'], drop_remainder=True)  # N / G = 6 batches
+
+  config = te.RunConfig(model_dir=str(tmp_path), tpu_config=te.TPUConfig(iterations_per_loop=4, num_shards=2))
+  estimator = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=G,
+                              embedding_config_spec=make_spec(tex.StochasticGradientDescentParameters(0.3)))
+  estimator.train(finite_input_fn, max_steps=100)
+  # Every batch trained: the second loop of 4 ran out of input after 2 steps, whose updates are kept.
+  assert estimator.get_variable_value('global_step') == 6
+  expected = numpy_training('sgd', 6, 0.3)
+  np.testing.assert_allclose(estimator.get_variable_value('t2'), expected['t2']['params'], atol=1e-6)

@@ -2,8 +2,12 @@
 
 `replicate` and `shard` build one copy of the computation per shard device with
 `tpu_estimator.replication.run_replicated`, so `cross_replica_sum` and `CrossShardOptimizer` inside them reduce
-across the copies. Variables created inside are one logical copy shared by the replicas (a TPU keeps one copy
-per core, all initialised alike); replicas that write variables therefore write the same variable.
+across the copies. Variables created inside are one logical copy shared by the replicas. On a TPU every core
+keeps its own copy and applies the same (cross-replica summed) update, so the result is one update per step;
+here, as in `TPUEstimator`, only replica 0's operations run: the operations a replica returns (e.g. a
+`train_op`) are replica 0's for every replica, and returned tensors wait for replica 0's operations. A tensor
+that itself control-depends on a variable write inside replica i > 0 would repeat that write: return the
+operation instead (the usual `tpu.replicate`/`tpu.shard` style).
 """
 import contextlib
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
@@ -29,11 +33,13 @@ def _is_flat(outputs: Any) -> bool:
   return not isinstance(outputs, dict)
 
 
-def _postprocess(outputs: Any, replica_id: int) -> Any:
+def _postprocess(outputs: Any, replica_id: int, replica0_ops: List[tf.Operation]) -> Any:
   """One replica's outputs shaped as upstream's `replicate` returns them.
 
   Flat outputs become a list of tensors; operations among them become control dependencies of the tensors
   (or, without tensors, one grouped op). Nested outputs keep their structure and may not hold operations.
+  Replicas > 0 use replica 0's operations in place of their own (see the module docstring); replica 0 has
+  finished building when another replica gets here, because replicas finish in order.
   """
   if _is_flat(outputs):
     flat = [] if outputs is None else (list(outputs) if isinstance(outputs, (list, tuple)) else [outputs])
@@ -42,6 +48,10 @@ def _postprocess(outputs: Any, replica_id: int) -> Any:
     if any(a is not b for a, b in zip(flat, values + ops)):
       raise ValueError('TPU functions must return zero-or more Tensor values followed by zero or more '
                        'Operations.')
+    if replica_id == 0:
+      replica0_ops.extend(ops)
+    else:
+      ops = list(replica0_ops)
     if not values:
       return tf.group(*ops, name='shard_%d' % replica_id)
     with tf.control_dependencies(ops):
@@ -96,8 +106,10 @@ def replicate(computation: Callable[..., Any], inputs: Optional[Sequence[Sequenc
     tf.nest.assert_same_structure(inputs[0], replica_inputs)
   converted = [tf.nest.map_structure(tf.convert_to_tensor, replica_inputs) for replica_inputs in inputs]
 
+  replica0_ops: List[tf.Operation] = []
+
   def build(replica_id: int) -> Any:
-    return _postprocess(computation(*converted[replica_id]), replica_id)
+    return _postprocess(computation(*converted[replica_id]), replica_id, replica0_ops)
 
   return replication.run_replicated(build, devices_lib.shard_devices(len(inputs)))
 
