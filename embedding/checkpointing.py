@@ -17,6 +17,7 @@ resource registration) behind a small API:
 - `initializer_op`: the op initialising every registered shard variable of the current graph.
 """
 
+import logging
 from typing import Any, Callable, List, Optional, Sequence
 
 import tensorflow as tf
@@ -59,6 +60,20 @@ def create_shard_variable(initial_value: Callable[[], tf.Tensor], name: str, dev
             initial_value=initial_value, trainable=False, name=name, dtype=tf.float32, collections=[])
 
 
+class _ResourceSerializationFilter(logging.Filter):
+    """Drops TF's warning that the shared-resources collection cannot go into a MetaGraphDef.
+
+    Shard variables are registered as shared resources (so the default Scaffold initialises them); every checkpoint
+    then warns that this collection is not serializable, which is expected and harmless.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Issue encountered when serializing resources" not in record.getMessage()
+
+
+_RESOURCE_FILTER = _ResourceSerializationFilter()
+
+
 def register_shard_variable(variable: tf.Variable) -> None:
     """Registers a physical shard variable in the current TF1 graph (no-op when executing eagerly).
 
@@ -72,6 +87,9 @@ def register_shard_variable(variable: tf.Variable) -> None:
     if tf.executing_eagerly():
         return
     graph = variable.graph
+    logger = tf.get_logger()
+    if _RESOURCE_FILTER not in logger.filters:
+        logger.addFilter(_RESOURCE_FILTER)
     with graph.as_default():
         graph.add_to_collection(SHARD_VARIABLES_COLLECTION, variable)
         _resources.register_resource(variable.handle, variable.initializer, variable.is_initialized())
