@@ -108,6 +108,7 @@ def _run_program(options: dict, args: List[str]) -> None:
   compat.install()
   if options['module']:
     sys.argv = [options['module']] + args[:]
+    sys.path[0:1] = [os.getcwd()]  # As `python -m`: the working directory first.
     runpy.run_module(options['module'], run_name='__main__', alter_sys=True)
     return
   script = args[0]

@@ -296,3 +296,45 @@ def test_launcher_usage(launcher_state, capsys):
   assert run_lib.main(['--bogus', 'x.py']) == 2
   assert run_lib.main([os.path.join('no', 'such', 'program.py')]) == 2
   assert 'no such file' in capsys.readouterr().err
+
+
+def test_bert_style_scaffold_fn_initialises_from_a_checkpoint(tmp_path, installed):
+  """BERT's pattern through the compat names: `init_from_checkpoint` inside `scaffold_fn` when on TPU."""
+  v1 = tf.compat.v1
+  values = {'bert/w': np.full((3, 2), 0.5, np.float32), 'bert/b': np.array([0.1, -0.1], np.float32)}
+  init_checkpoint = str(tmp_path / 'pretrained' / 'model.ckpt')
+  with tf.Graph().as_default():
+    variables = [tf.Variable(value, name=name) for name, value in values.items()]
+    with v1.Session() as session:
+      session.run(v1.global_variables_initializer())
+      v1.train.Saver(variables).save(session, init_checkpoint)
+
+  def model_fn(features, labels, mode, params):
+    with v1.variable_scope('bert'):
+      w = v1.get_variable('w', [3, 2])
+      b = v1.get_variable('b', [2])
+    loss = tf.reduce_mean(tf.square(tf.matmul(features, w) + b - labels))
+    assignment_map = {'bert/w': 'bert/w', 'bert/b': 'bert/b'}
+    scaffold_fn = None
+    if params['use_tpu']:
+      def tpu_scaffold():
+        v1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+        return v1.train.Scaffold()
+      scaffold_fn = tpu_scaffold
+    else:
+      v1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+    optimizer = v1.tpu.CrossShardOptimizer(v1.train.GradientDescentOptimizer(0.0))
+    train_op = optimizer.minimize(loss, global_step=v1.train.get_global_step())
+    return v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, scaffold_fn=scaffold_fn)
+
+  def input_fn(params):
+    x = np.ones((16, 3), np.float32)
+    return tf.data.Dataset.from_tensor_slices((x, x[:, :2])).repeat().batch(params['batch_size'], True)
+
+  config = v1.estimator.tpu.RunConfig(model_dir=str(tmp_path / 'model'),
+                                      tpu_config=v1.estimator.tpu.TPUConfig(2, num_shards=2))
+  estimator = v1.estimator.tpu.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=8)
+  assert isinstance(estimator, te.TPUEstimator)
+  estimator.train(input_fn, max_steps=2)
+  for name, value in values.items():
+    np.testing.assert_array_equal(estimator.get_variable_value(name), value)
