@@ -21,9 +21,9 @@ Environment:
   TPU_ESTIMATOR_TRACEBACK=1  same as --traceback.
 
 A `ValueError`/`TypeError`/`NotImplementedError` raised by tpu_estimator's own checks (for instance
-`num_cores_per_replica` model parallelism, which needs a TPU) is a configuration error: it is printed as one
-message naming what to change and where the program called into us, and the exit status is 1. Other errors
-propagate with their full traceback.
+`num_cores_per_replica` model parallelism, which needs a TPU) is a configuration error: instead of a deep
+traceback, two lines: where the program called into us, then the error, which says what to change. The exit
+status is 1. Other errors propagate with their full traceback.
 """
 import os
 import runpy
@@ -152,9 +152,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       raise
     if show_traceback:
       traceback.print_exc()
-    sys.stderr.write('{}: {}: {}\n  (raised by tpu_estimator, called from {}; {} shows the full traceback)\n'
-                     .format(_PROG, type(e).__name__, e, origin,
-                             '--traceback' if not show_traceback else 'above'))
+    # Like a Python traceback, the last line is the error itself.
+    sys.stderr.write('{}: configuration error raised by tpu_estimator, called from {}{}:\n{}: {}\n'.format(
+        _PROG, origin, '' if show_traceback else ' (--traceback shows the full traceback)', type(e).__name__, e))
     return 1
   return 0
 

@@ -240,8 +240,9 @@ def launcher_state(monkeypatch):
   """Restores what the launcher changes in-process: argv, sys.path, the env override, the compat layer."""
   monkeypatch.setattr(sys, 'argv', list(sys.argv))
   monkeypatch.setattr(sys, 'path', list(sys.path))
-  monkeypatch.delenv('TPU_ESTIMATOR_NUM_SHARDS', raising=False)
-  monkeypatch.delenv('TPU_ESTIMATOR_TRACEBACK', raising=False)
+  for name in ('TPU_ESTIMATOR_NUM_SHARDS', 'TPU_ESTIMATOR_TRACEBACK'):
+    monkeypatch.setenv(name, '')  # Records the variable's state, so what the launcher sets is undone.
+    monkeypatch.delenv(name)
   yield
   compat.uninstall()
 
@@ -280,8 +281,10 @@ def test_launcher_reports_our_configuration_errors_in_one_message(tmp_path, laun
   '''))
   assert run_lib.main([str(script)]) == 1
   err = capsys.readouterr().err.strip().splitlines()
-  assert err[0].startswith('tpu-estimator-run: ValueError: Invalid TPUConfig `iterations_per_loop` value.')
-  assert '{}:5 in main'.format(script) in err[1] and len(err) == 2
+  assert len(err) == 2, err
+  assert err[0].startswith('tpu-estimator-run: configuration error raised by tpu_estimator, called from '
+                           '{}:5 in main'.format(script))
+  assert err[1].startswith('ValueError: Invalid TPUConfig `iterations_per_loop` value.')
   # Errors that are not ours keep their traceback.
   script.write_text('raise ValueError("user bug")\n')
   with pytest.raises(ValueError, match='user bug'):

@@ -164,9 +164,9 @@ def test_image_model_ema_host_call_and_export(results):
 def test_model_parallelism_gives_one_clear_error(results):
   returncode, output, _ = results['model_parallel']
   assert returncode == 1, output[-4000:]
-  lines = [line for line in output.strip().splitlines() if line.startswith('tpu-estimator-run:')]
-  assert len(lines) == 1, output[-4000:]
-  assert 'num_cores_per_replica=2' in lines[0] and 'set num_cores_per_replica=None' in lines[0]
+  lines = output.strip().splitlines()
   assert 'Traceback' not in output
-  # It says where the program called into us.
-  assert 'resnet_tpu.py:' in output.strip().splitlines()[-1]
+  # Where the program called into us, then the error: what to change.
+  assert lines[-2].startswith('tpu-estimator-run: configuration error') and 'resnet_tpu.py:' in lines[-2]
+  assert lines[-1].startswith('ValueError: TPUConfig.num_cores_per_replica=2 asks for model parallelism')
+  assert 'set num_cores_per_replica=None' in lines[-1]
