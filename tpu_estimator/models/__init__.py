@@ -83,7 +83,8 @@ def make_estimator(config: config_file.Config, model_dir: Optional[str] = None, 
   return te.TPUEstimator(
       model_fn=make_model_fn(config), config=make_run_config(config, model_dir), use_tpu=True,
       train_batch_size=config.train.batch_size, eval_batch_size=config.eval.batch_size,
-      predict_batch_size=config.eval.batch_size, embedding_config_spec=make_embedding_config_spec(config),
+      predict_batch_size=config.eval.batch_size, params={'model': config.model.name},
+      embedding_config_spec=make_embedding_config_spec(config),
       export_to_tpu=config.export.export_to_tpu, export_to_cpu=True, **kwargs)
 
 

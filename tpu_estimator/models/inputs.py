@@ -10,8 +10,7 @@ Synthetic data: training reads examples `[0, data.num_examples)` (repeated) or a
 """
 
 import functools
-import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
