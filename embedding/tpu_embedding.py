@@ -41,7 +41,6 @@ as in upstream's examples.
 import collections
 import contextlib
 import dataclasses
-import logging
 from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
@@ -590,5 +589,3 @@ def _as_variable(shards: Sequence[tf.Variable], name: str) -> Any:
         return shards[0]
     return tf.__internal__.distribute.ShardedVariable(list(shards), name=name)
 
-
-logging.getLogger(__name__).addHandler(logging.NullHandler())

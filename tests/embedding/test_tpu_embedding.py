@@ -418,7 +418,7 @@ def test_structure_errors():
     embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
     with pytest.raises(ValueError, match="structure of feature_config"):
         embedding.enqueue({"g": tf.constant([1])})
-    with pytest.raises(ValueError, match="structure of feature_config"):
+    with pytest.raises(TypeError, match="structure of feature_config"):
         embedding.enqueue([tf.constant([1])])
     embedding.enqueue({"f": tf.constant([1, 2])})
     with pytest.raises(ValueError):
@@ -586,3 +586,38 @@ def test_checkpoint_layout_and_restore_across_replica_counts(tmp_path):
 
     one.run(replica)
     assert_state_close(engine_state(restored.engine), reference_training("adagrad", {}, 0.2))
+
+
+# ------------------------------------------------------------------------------------------ upstream objects
+def test_upstream_configs_and_optimizer_are_accepted_and_key_the_tables():
+    up = tf.tpu.experimental.embedding
+    a = up.TableConfig(VOCAB["A"], DIM["A"], initializer=tf.constant_initializer(initial("A")), combiner="mean",
+                       name="A")
+    b = up.TableConfig(VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(initial("B")), combiner="sum",
+                       name="B")
+    fc = {"user": up.FeatureConfig(a), "item": up.FeatureConfig(a), "cat": up.FeatureConfig(b)}
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(fc, up.Adagrad(0.2))
+    seed_training_step(strategy, embedding)(distributed_iterator(strategy), tf.constant(NUM_STEPS))
+    trained = reference_training("adagrad", {}, 0.2)
+    tables = embedding.embedding_tables
+    assert set(tables) == {a, b}
+    for table, value in tables.items():
+        np.testing.assert_allclose(tf.convert_to_tensor(value).numpy(), trained[table.name]["params"], rtol=1e-5,
+                                   atol=1e-5)
+
+
+def test_callable_learning_rate_is_read_every_step():
+    lr = tf.Variable(0.1)
+    strategy = mirrored(2)
+    with strategy.scope():
+        embedding = TPUEmbedding(feature_config(), optimizers.SGD(learning_rate=lambda: lr))
+    step = seed_training_step(strategy, embedding)
+    iterator = distributed_iterator(strategy)
+    step(iterator, tf.constant(1))
+    lr.assign(0.0)
+    before = engine_state(embedding.engine)
+    step(iterator, tf.constant(1))
+    assert_state_close(engine_state(embedding.engine), before, tol=0)
+    assert_state_close(before, reference_training("sgd", {}, 0.1, num_steps=1))
