@@ -213,3 +213,15 @@ def embedding_variable_scopes(graph: tf.Graph) -> dict:
 def clear_embedding_variable_scopes(graph: tf.Graph) -> None:
   from tensorflow.python.tpu import feature_column as tpu_fc  # pylint: disable=g-import-not-at-top
   graph.clear_collection(tpu_fc._TPU_FC_TO_SCOPE)  # pylint: disable=protected-access
+
+
+def mark_for_xla_compilation(ops) -> None:
+  """Asks TensorFlow's XLA auto-clustering to compile `ops` (what `tf.xla.experimental.jit_scope` marks).
+
+  Ops XLA cannot compile (input, queues, summaries) stay TensorFlow ops; each device gets its own clusters.
+  """
+  from tensorflow.core.framework import attr_value_pb2  # pylint: disable=g-import-not-at-top
+  for op in ops:
+    op._set_attr('_XlaCompile', attr_value_pb2.AttrValue(b=True))  # pylint: disable=protected-access
+    scope = op.device or 'host'
+    op._set_attr('_XlaScope', attr_value_pb2.AttrValue(s=scope.encode()))  # pylint: disable=protected-access

@@ -140,7 +140,11 @@ class ShardedModeBuilder(object):
       spec = call_user_model_fn(self._model_fn, features, labels, mode, self._config, self._replica_params())
       return _verify_spec(spec, mode)
 
+    graph = tf.compat.v1.get_default_graph()
+    first_op = len(graph.get_operations())
     specs = replication.run_replicated(replica_fn, self._ctx.replica_devices)
+    if self._ctx.config.xla_compile_shards:
+      _tf_internal.mark_for_xla_compilation(graph.get_operations()[first_op:])
     if self._bridge is not None and mode != ModeKeys.TRAIN:
       self._bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
     return specs

@@ -162,14 +162,18 @@ class RunConfig(_estimator_lib.BaseRunConfig):
     master: address of the master for training ('' or None: in-process).
     cluster: a `tf.distribute.cluster_resolver.ClusterResolver` (e.g. `TPUClusterResolver`); its master and
       cluster spec are used as upstream does.
+    xla_compile_shards: compile each shard's computation (the ops `model_fn` builds on the shard) with XLA, as
+      a TPU would. Off by default: on CPUs, TensorFlow's own kernels are usually as fast (see BENCHMARKS.md).
     **kwargs: every `tf.estimator.RunConfig` argument.
 
   Raises:
     ValueError: both `master` and `cluster` are set, or `cluster` and `session_config.cluster_def`.
   """
 
-  def __init__(self, tpu_config=None, evaluation_master=None, master=None, cluster=None, **kwargs):
+  def __init__(self, tpu_config=None, evaluation_master=None, master=None, cluster=None,
+               xla_compile_shards=False, **kwargs):
     super(RunConfig, self).__init__(**kwargs)
+    self._xla_compile_shards = bool(xla_compile_shards)
     self._tpu_config = tpu_config or TPUConfig()
     self._cluster = cluster
     if master is not None:
@@ -211,6 +215,11 @@ class RunConfig(_estimator_lib.BaseRunConfig):
   @property
   def cluster(self):
     return self._cluster
+
+  @property
+  def xla_compile_shards(self) -> bool:
+    """Whether shard computations are compiled with XLA."""
+    return self._xla_compile_shards
 
   @property
   def num_shards(self) -> int:

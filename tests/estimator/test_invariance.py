@@ -75,3 +75,24 @@ def test_checkpoints_at_loop_boundaries(tmp_path):
   # train(steps=) continues from the checkpoint and stops exactly.
   estimator.train(models.dataset_input_fn, steps=3)
   assert estimator.get_variable_value('global_step') == 13
+
+
+class _XlaMarksHook(tf.compat.v1.train.SessionRunHook):
+  def begin(self):
+    graph = tf.compat.v1.get_default_graph()
+    self.marked = [op.name for op in graph.get_operations()
+                   if op.node_def.attr['_XlaCompile'].b and op.type == 'MatMul']
+
+
+def test_xla_compiled_shards_agree_with_plain_runs(tmp_path):
+  hook = _XlaMarksHook()
+  results = {}
+  for xla in (False, True):
+    config = te.RunConfig(model_dir=str(tmp_path / str(xla)), xla_compile_shards=xla,
+                          tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=2))
+    estimator = te.TPUEstimator(model_fn=models.make_model_fn(), config=config, train_batch_size=32)
+    estimator.train(models.dataset_input_fn, max_steps=4, hooks=[hook] if xla else None)
+    results[xla] = models.variables_of(estimator)
+  assert len(hook.marked) >= 4  # forward and gradient matmuls of both replicas are compiled
+  for name in results[False]:
+    np.testing.assert_allclose(results[True][name], results[False][name], rtol=1e-5, atol=1e-6)
