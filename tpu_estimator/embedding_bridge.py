@@ -36,8 +36,16 @@ def _join_replicas(pieces: List[Any]) -> Any:
 
 
 def _as_engine_input(ids: Any, sequence: bool) -> Any:
-  """Dense multi-id rows `[B, k]` (k > 1) of a combined feature become ragged rows (all ids kept)."""
-  if isinstance(ids, (tf.SparseTensor, tf.RaggedTensor)):
+  """Ids as the engine reads them.
+
+  Dense multi-id rows `[B, k]` (k > 1) of a combined feature become ragged rows (all ids kept); the `[B, T, 1]`
+  sparse ids of sequence categorical columns become `[B, T]`.
+  """
+  if isinstance(ids, tf.SparseTensor):
+    if sequence and ids.shape.rank == 3:
+      return tf.sparse.reshape(ids, ids.dense_shape[:2])
+    return ids
+  if isinstance(ids, tf.RaggedTensor):
     return ids
   ids = tf.convert_to_tensor(ids)
   if not sequence and ids.shape.rank == 2 and ids.shape[1] != 1:
@@ -65,13 +73,16 @@ class EmbeddingBridge(object):
     num_replicas: number of replicas (and table shards).
     devices: the replica devices (table shard k lives on device k).
     mode: a `ModeKeys` value; only TRAIN creates optimizer slots and updates tables.
+    replica_batch_size: the per-replica batch size (`params['batch_size']` of `model_fn`).
 
   Raises:
     ValueError: invalid spec contents.
   """
 
-  def __init__(self, spec: EmbeddingConfigSpec, num_replicas: int, devices: List[str], mode: str):
+  def __init__(self, spec: EmbeddingConfigSpec, num_replicas: int, devices: List[str], mode: str,
+               replica_batch_size: int):
     self._spec = spec
+    self._replica_batch_size = replica_batch_size
     self._resolved = resolve_embedding_config(spec)
     self._num_replicas = num_replicas
     self._training = mode == ModeKeys.TRAIN
@@ -163,26 +174,21 @@ class EmbeddingBridge(object):
         features = dict(remaining)
         for feature in self._resolved.features:
           if feature.max_sequence_length:
-            features[feature.key + SEQUENCE_LENGTH_SUFFIX] = _sequence_lengths(
-                ids[feature.key], feature.max_sequence_length, self._replica_batch_size(ids[feature.key]))
+            lengths = _sequence_lengths(ids[feature.key], feature.max_sequence_length, self._replica_batch_size)
+            lengths.set_shape([self._replica_batch_size])
+            features[feature.key + SEQUENCE_LENGTH_SUFFIX] = lengths
         outputs.append((features, labels))
     return outputs, batches
-
-  @staticmethod
-  def _replica_batch_size(ids: Any) -> Any:
-    if isinstance(ids, tf.SparseTensor):
-      static = tf.get_static_value(ids.dense_shape)
-      return int(static[0]) if static is not None else tf.cast(ids.dense_shape[0], tf.int32)
-    if isinstance(ids, tf.RaggedTensor):
-      return ids.nrows(out_type=tf.int32)
-    return ids.shape[0] if ids.shape[0] is not None else tf.shape(ids)[0]
 
   def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches, host_device: str):
     """Table stage: one lookup per table for the step; each replica gets its rows under the feature keys."""
     with tf.device(host_device), tf.name_scope('tpu_embedding_lookup'):
       activations = self.engine.activations(batches)
-      splits = {key: tf.split(act, self._num_replicas, axis=0) if self._num_replicas > 1 else [act]
-                for key, act in activations.items()}
+      splits = {}
+      for key, act in activations.items():
+        # The global batch is static even when sparse inputs left it unknown to the engine.
+        act.set_shape([self._replica_batch_size * self._num_replicas] + act.shape.as_list()[1:])
+        splits[key] = tf.split(act, self._num_replicas, axis=0) if self._num_replicas > 1 else [act]
     outputs = []
     for replica, (features, labels) in enumerate(per_replica):
       features = dict(features)

@@ -273,7 +273,9 @@ class InputPipeline(object):
     if not flat:
       raise ValueError('input_fn returned no tensors.')
     with tf.device(self._ctx.host_device):
-      rows = tf.shape(flat[0], out_type=tf.int32)[0]
+      first = flat[0]
+      rows = (tf.cast(first.dense_shape[0], tf.int32) if isinstance(first, tf.SparseTensor)
+              else tf.shape(first, out_type=tf.int32)[0])
       check = tf.debugging.assert_less_equal(
           rows, size, message='PREDICT input_fn returned a batch larger than predict_batch_size')
       padded = []
@@ -283,7 +285,10 @@ class InputPipeline(object):
             padded.append(None)
             continue
           if isinstance(tensor, tf.SparseTensor):
-            raise TypeError('PREDICT on shards needs dense features; got a SparseTensor {}.'.format(tensor))
+            # Padded rows of a sparse batch are empty rows: only the batch size of the dense shape grows.
+            dense_shape = tf.concat([tf.cast([size], tf.int64), tensor.dense_shape[1:]], axis=0)
+            padded.append(tf.SparseTensor(tensor.indices, tensor.values, dense_shape))
+            continue
           paddings = [[0, size - rows]] + [[0, 0]] * (tensor.shape.rank - 1)
           out = tf.pad(tensor, paddings)
           out.set_shape([size] + tensor.shape.as_list()[1:])

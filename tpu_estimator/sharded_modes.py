@@ -114,7 +114,8 @@ class ShardedModeBuilder(object):
     self._bridge = None
     spec = self._estimator._embedding_config_spec  # pylint: disable=protected-access
     if spec is not None:
-      self._bridge = EmbeddingBridge(spec, self._ctx.num_replicas, self._ctx.replica_devices, mode)
+      self._bridge = EmbeddingBridge(spec, self._ctx.num_replicas, self._ctx.replica_devices, mode,
+                                     self._ctx.batch_size_for_model_fn)
     if mode == ModeKeys.TRAIN:
       return self._train(pipeline, input_hooks)
     if mode == ModeKeys.EVAL:

@@ -131,3 +131,54 @@ def test_export_serves_what_predict_predicts(trained, tmp_path):
   served = tf.saved_model.load(export_dir, tags=['serve']).signatures['serving_default'](
       **{k: tf.constant(v) for k, v in rows.items()})['logit'].numpy()
   np.testing.assert_allclose(served, predicted, rtol=1e-5)
+
+
+def test_weighted_and_sequence_columns_give_engine_activations(tmp_path):
+  rng = np.random.RandomState(5)
+  n = 12
+  table_w = rng.uniform(-1, 1, size=(6, 3))
+  table_s = rng.uniform(-1, 1, size=(8, 2))
+  ids_w = rng.randint(0, 6, size=(n, 2)).astype(np.int64)
+  weights_w = rng.uniform(0.5, 2.0, size=(n, 2)).astype(np.float32)
+  seq_lengths = np.array([1, 2, 3, 4, 0, 2, 3, 1, 4, 2, 1, 3])
+  seq = [rng.randint(0, 8, size=length) for length in seq_lengths]
+
+  weighted = tf.compat.v1.tpu.experimental.embedding_column(
+      tf.feature_column.weighted_categorical_column(
+          tf.feature_column.categorical_column_with_identity('w_ids', 6), 'w'),
+      3, combiner='sum', initializer=tf.compat.v1.constant_initializer(table_w))
+  sequence = tf.compat.v1.tpu.experimental.embedding_column(
+      tf.feature_column.sequence_categorical_column_with_identity('s', 8), 2, max_sequence_length=3,
+      initializer=tf.compat.v1.constant_initializer(table_s))
+
+  def input_fn(params):
+    def gen():
+      for i in range(n):
+        yield {'w_ids': ids_w[i], 'w': weights_w[i], 's': seq[i]}
+    signature = {'w_ids': tf.TensorSpec([2], tf.int64), 'w': tf.TensorSpec([2], tf.float32),
+                 's': tf.TensorSpec([None], tf.int64)}
+    dataset = tf.data.Dataset.from_generator(gen, output_signature=signature)
+    return dataset.map(lambda f: dict(f, s=tf.sparse.from_dense(f['s'] + 1)))\
+        .map(lambda f: dict(f, s=tf.SparseTensor(f['s'].indices, f['s'].values - 1, f['s'].dense_shape)))\
+        .batch(params['batch_size'])
+
+  def model_fn(features, labels, mode, params):
+    dense = tf.compat.v1.feature_column.input_layer(features, [weighted])
+    seq_input, lengths = tf.keras.experimental.SequenceFeatures([sequence])(features)
+    return te.TPUEstimatorSpec(mode, predictions={'weighted': dense, 'sequence': seq_input, 'length': lengths})
+
+  spec = tex.EmbeddingConfigSpec(feature_columns=[weighted, sequence],
+                                 optimization_parameters=tex.AdagradParameters(0.1))
+  config = te.RunConfig(model_dir=str(tmp_path), tpu_config=te.TPUConfig(num_shards=2))
+  estimator = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=4, predict_batch_size=4,
+                              embedding_config_spec=spec)
+  # No checkpoint yet: predict initialises the tables from the column initialisers.
+  predictions = list(estimator.predict(input_fn))
+  assert len(predictions) == n
+  for i, p in enumerate(predictions):
+    np.testing.assert_allclose(p['weighted'], (weights_w[i][:, None] * table_w[ids_w[i]]).sum(0), rtol=1e-5)
+    expected = np.zeros((3, 2))
+    kept = seq[i][:3]
+    expected[:len(kept)] = table_s[kept]
+    np.testing.assert_allclose(p['sequence'], expected, rtol=1e-5, atol=1e-7)
+    assert p['length'] == min(seq_lengths[i], 3)
