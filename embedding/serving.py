@@ -154,6 +154,7 @@ def _ragged_lookup(inp: tf.RaggedTensor, weight: Optional[tf.RaggedTensor], tabl
     return _ragged_combine(table, inp, weight, combiner)
 
 
+@tf.autograph.experimental.do_not_convert
 def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Dict[Any, Any], feature_config: Any
                              ) -> Any:
     """Embedding lookups with plain TensorFlow ops on full tables (for CPU serving and export).

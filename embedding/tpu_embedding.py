@@ -49,6 +49,9 @@ from embedding import combiners
 from embedding import preprocessing
 from embedding.engine import EmbeddingEngine
 
+# Python control flow on Python values only: AutoGraph conversion would just cost tracing time.
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
 __all__ = ["TPUEmbedding"]
 
 
@@ -373,6 +376,7 @@ class TPUEmbedding(tf.Module):
         return shape if shape.rank == 1 else shape[:-1]
 
     # ---------------------------------------------------------------------------------------------- enqueue
+    @_do_not_convert
     def enqueue(self, features: Any, weights: Any = None, training: bool = True, name: Optional[str] = None,
                 device: Optional[str] = None) -> None:
         """Enqueues one step's ids: preprocessing and the table lookups of every replica.
@@ -489,6 +493,7 @@ class TPUEmbedding(tf.Module):
             return 0
         return current_replica_id()
 
+    @_do_not_convert
     def dequeue(self, name: Optional[str] = None) -> Any:
         """The activations of the calling replica for the enqueued step.
 
@@ -505,6 +510,7 @@ class TPUEmbedding(tf.Module):
             return tf.nest.map_structure(tf.identity, step.activations[r])
 
     # -------------------------------------------------------------------------------------- apply_gradients
+    @_do_not_convert
     def apply_gradients(self, gradients: Any, name: Optional[str] = None) -> None:
         """Applies the embedding optimizers with the gradients of the dequeued activations.
 

@@ -28,6 +28,9 @@ from embedding import preprocessing
 from embedding import tpu_embedding as mid_level
 from embedding.engine import EmbeddingEngine
 
+# Python control flow on Python values only: AutoGraph conversion would just cost tracing time.
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
 __all__ = ["TPUEmbeddingV2", "EnqueuedFeatures"]
 
 PartitionedCsrFormatTensor = preprocessing.PartitionedCsrFormatTensor
@@ -115,6 +118,7 @@ class TPUEmbeddingV2(tf.Module):
         return out
 
     # ---------------------------------------------------------------------------------------------- lookups
+    @_do_not_convert
     def enqueue(self, features: Any, weights: Any = None, device: Optional[str] = None) -> EnqueuedFeatures:
         """Preprocesses one replica's features into the per-table CSR form.
 
@@ -147,6 +151,7 @@ class TPUEmbeddingV2(tf.Module):
             self._output_shapes[key] = tf.TensorShape([d if isinstance(d, int) else None for d in shape])
         return EnqueuedFeatures(tensors, shapes)
 
+    @_do_not_convert
     def dequeue(self, partitioned_tensors: Dict[str, PartitionedCsrFormatTensor]
                 ) -> "tuple[Any, Dict[str, PartitionedCsrFormatTensor]]":
         """Activations computed from the CSR form (one gather per shard and table).
@@ -177,6 +182,7 @@ class TPUEmbeddingV2(tf.Module):
         activations = tf.nest.pack_sequence_as(self._engine.feature_config, [acts[k] for k in self._paths])
         return activations, {name: _csr(partitioned_tensors, name) for name in self._engine.tables}
 
+    @_do_not_convert
     def embedding_lookup(self, features: Any, weights: Any = None
                          ) -> "tuple[Any, Dict[str, PartitionedCsrFormatTensor]]":
         """`dequeue(enqueue(features, weights))`: activations and the preserved CSR outputs.
@@ -201,6 +207,7 @@ class TPUEmbeddingV2(tf.Module):
         return out
 
     # ------------------------------------------------------------------------------------------- training
+    @_do_not_convert
     def apply_gradients(self, gradients: Any, preserved_outputs: Dict[str, PartitionedCsrFormatTensor]) -> None:
         """Applies the embedding optimizers; inside `strategy.run`, once for all replicas.
 
