@@ -280,3 +280,21 @@ def test_embedding_infeed_ends_cleanly_at_end_of_input(tmp_path):
   assert estimator.get_variable_value('global_step') == 6
   expected = numpy_training('sgd', 6, 0.3)
   np.testing.assert_allclose(estimator.get_variable_value('t2'), expected['t2']['params'], atol=1e-6)
+
+
+def test_upstream_v1_configs_and_parameters_are_accepted(tmp_path):
+  from tensorflow.python.tpu import tpu_embedding as upstream  # the oracle's own config classes
+  spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
+      table_to_config_dict={
+          't1': upstream.TableConfig(10, 4, initializer=tf.compat.v1.constant_initializer(INIT['t1'])),
+          't2': upstream.TableConfig(7, 4, initializer=tf.compat.v1.constant_initializer(INIT['t2']))},
+      feature_to_config_dict={'a': upstream.FeatureConfig('t1'), 'b': upstream.FeatureConfig('t2'),
+                              'c': upstream.FeatureConfig('t1')},
+      optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(0.3, initial_accumulator=0.1))
+  ours = tex.EmbeddingConfigSpec(feature_to_config_dict=spec.feature_to_config_dict,
+                                 table_to_config_dict=spec.table_to_config_dict,
+                                 optimization_parameters=spec.optimization_parameters)
+  estimator = train(tmp_path, ours, steps=3)
+  expected = numpy_training('adagrad', 3, 0.3, initial_accumulator_value=0.1)
+  np.testing.assert_allclose(estimator.get_variable_value('t1'), expected['t1']['params'], atol=1e-5)
+  np.testing.assert_allclose(estimator.get_variable_value('t2/Adagrad'), expected['t2']['accumulators'], atol=1e-5)
