@@ -2,7 +2,7 @@
 
 The public API mirrors `tf.compat.v1.estimator.tpu` and `tf.compat.v1.tpu`.
 """
-from tpu_estimator.context import TPUContext
+from tpu_estimator.context import TPUContext, UnsupportedOffTPUError
 from tpu_estimator.estimator import ExportSavedModelApiVersion, TPUEstimator
 from tpu_estimator.replication import CrossShardOptimizer, cross_replica_sum, outside_compilation
 from tpu_estimator.rewrite import rewrite
@@ -11,5 +11,5 @@ from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, TPUConfig
 
 __all__ = [
     'CrossShardOptimizer', 'ExportSavedModelApiVersion', 'InputPipelineConfig', 'RunConfig', 'TPUConfig',
-    'TPUContext', 'TPUEstimator', 'TPUEstimatorSpec', 'cross_replica_sum', 'outside_compilation', 'rewrite',
+    'TPUContext', 'TPUEstimator', 'TPUEstimatorSpec', 'UnsupportedOffTPUError', 'cross_replica_sum', 'outside_compilation', 'rewrite',
 ]

@@ -8,6 +8,10 @@ from tpu_estimator.tpu_config import InputPipelineConfig
 ModeKeys = _estimator_lib.ModeKeys
 
 
+class UnsupportedOffTPUError(ValueError):
+  """A TPU-only feature (model parallelism, spatial partitioning, a custom TPU feed hook) was asked for."""
+
+
 class ShardingContext(object):
   """What one mode of one `TPUEstimator` call runs on, and with which batch sizes.
 
@@ -107,15 +111,15 @@ class ShardingContext(object):
       return
     tpu_config = self.config.tpu_config
     if tpu_config.num_cores_per_replica not in (None, 1):
-      raise ValueError(
+      raise UnsupportedOffTPUError(
           'TPUConfig.num_cores_per_replica={} asks for model parallelism across TPU cores, which needs '
           "a TPU's XLA SPMD partitioner. Off a TPU each replica runs on one device: set "
           'num_cores_per_replica=None (and drop input_partition_dims).'.format(
               tpu_config.num_cores_per_replica))
     if tpu_config.input_partition_dims is not None:
-      raise ValueError('TPUConfig.input_partition_dims (spatial partitioning) needs a TPU: set it to None.')
+      raise UnsupportedOffTPUError('TPUConfig.input_partition_dims (spatial partitioning) needs a TPU: set it to None.')
     if tpu_config.experimental_feed_hook is not None:
-      raise ValueError('TPUConfig.experimental_feed_hook replaces the TPU infeed/outfeed hook and only applies '
+      raise UnsupportedOffTPUError('TPUConfig.experimental_feed_hook replaces the TPU infeed/outfeed hook and only applies '
                        'on a TPU: set it to None.')
     name = {ModeKeys.TRAIN: 'train', ModeKeys.EVAL: 'eval', ModeKeys.PREDICT: 'predict'}[self.mode]
     if self.global_batch_size is None:

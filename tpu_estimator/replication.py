@@ -189,12 +189,13 @@ def _merge_collections(base: dict, per_replica: List[dict]) -> dict:
   return merged
 
 
-def run_replicated(fn: Callable[[int], Any], devices: Sequence[str]) -> List[Any]:
+def run_replicated(fn: Callable[[int], Any], devices: Sequence[str], stats: Optional[dict] = None) -> List[Any]:
   """Builds `fn(replica_id)` once per device, each on its device, with reductions between replicas.
 
   Args:
     fn: builds one replica; called with the replica id in a replica context (see `cross_replica_sum`).
     devices: one device name per replica.
+    stats: optional dict that receives `num_reductions`, the number of cross-replica reductions built.
 
   Returns:
     The list of `fn` results, one per replica.
@@ -250,11 +251,9 @@ def run_replicated(fn: Callable[[int], Any], devices: Sequence[str]) -> List[Any
     _, exc, tb = coordinator.error
     raise exc.with_traceback(tb)
   graph._collections = _merge_collections(base_collections, coordinator.collections)  # pylint: disable=protected-access
-  run_replicated.last_num_reductions = coordinator.num_reductions
+  if stats is not None:
+    stats['num_reductions'] = coordinator.num_reductions
   return results
-
-
-run_replicated.last_num_reductions = 0
 
 
 def _sum_groups(values: List[tf.Tensor], devices: Sequence[str], group_assignment) -> List[tf.Tensor]:

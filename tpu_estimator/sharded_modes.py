@@ -143,7 +143,8 @@ class ShardedModeBuilder(object):
 
     graph = tf.compat.v1.get_default_graph()
     first_op = len(graph.get_operations())
-    specs = replication.run_replicated(replica_fn, self._ctx.replica_devices)
+    self._replication_stats = {}
+    specs = replication.run_replicated(replica_fn, self._ctx.replica_devices, self._replication_stats)
     if self._ctx.config.xla_compile_shards:
       _tf_internal.mark_for_xla_compilation(graph.get_operations()[first_op:])
     if self._bridge is not None and mode != ModeKeys.TRAIN:
@@ -211,7 +212,7 @@ class ShardedModeBuilder(object):
       per_replica, batches = next_inputs()
       specs = self._build_replicas(per_replica, ModeKeys.TRAIN)
       replica_ops = graph.get_operations()[first_op:]
-      if ctx.num_replicas > 1 and replication.run_replicated.last_num_reductions == 0:
+      if ctx.num_replicas > 1 and self._replication_stats['num_reductions'] == 0:
         raise ValueError('CrossShardOptimizer must be used for model training on TPUs.')
       spec = specs[0]
       if spec.loss is None or spec.train_op is None:

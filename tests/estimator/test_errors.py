@@ -84,7 +84,7 @@ def test_tpu_config_checks():
 def test_model_parallelism_is_rejected_with_what_to_change(tmp_path):
   estimator = te.TPUEstimator(model_fn=models.make_model_fn(),
                               config=_config(tmp_path, num_cores_per_replica=2), train_batch_size=8)
-  with pytest.raises(ValueError, match='set num_cores_per_replica=None'):
+  with pytest.raises(te.UnsupportedOffTPUError, match='set num_cores_per_replica=None'):
     estimator.train(models.dataset_input_fn, max_steps=1)
 
 
