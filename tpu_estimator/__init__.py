@@ -11,5 +11,6 @@ from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, TPUConfig
 
 __all__ = [
     'CrossShardOptimizer', 'ExportSavedModelApiVersion', 'InputPipelineConfig', 'RunConfig', 'TPUConfig',
-    'TPUContext', 'TPUEstimator', 'TPUEstimatorSpec', 'UnsupportedOffTPUError', 'cross_replica_sum', 'outside_compilation', 'rewrite',
+    'TPUContext', 'TPUEstimator', 'TPUEstimatorSpec', 'UnsupportedOffTPUError', 'cross_replica_sum',
+    'outside_compilation', 'rewrite',
 ]

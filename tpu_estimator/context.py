@@ -117,10 +117,11 @@ class ShardingContext(object):
           'num_cores_per_replica=None (and drop input_partition_dims).'.format(
               tpu_config.num_cores_per_replica))
     if tpu_config.input_partition_dims is not None:
-      raise UnsupportedOffTPUError('TPUConfig.input_partition_dims (spatial partitioning) needs a TPU: set it to None.')
+      raise UnsupportedOffTPUError(
+          'TPUConfig.input_partition_dims (spatial partitioning) needs a TPU: set it to None.')
     if tpu_config.experimental_feed_hook is not None:
-      raise UnsupportedOffTPUError('TPUConfig.experimental_feed_hook replaces the TPU infeed/outfeed hook and only applies '
-                       'on a TPU: set it to None.')
+      raise UnsupportedOffTPUError('TPUConfig.experimental_feed_hook replaces the TPU infeed/outfeed hook and only '
+                                   'applies on a TPU: set it to None.')
     name = {ModeKeys.TRAIN: 'train', ModeKeys.EVAL: 'eval', ModeKeys.PREDICT: 'predict'}[self.mode]
     if self.global_batch_size is None:
       raise ValueError('{}_batch_size in TPUEstimator constructor cannot be `None` if .{} is running on '

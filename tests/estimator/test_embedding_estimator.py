@@ -298,3 +298,14 @@ def test_upstream_v1_configs_and_parameters_are_accepted(tmp_path):
   expected = numpy_training('adagrad', 3, 0.3, initial_accumulator_value=0.1)
   np.testing.assert_allclose(estimator.get_variable_value('t1'), expected['t1']['params'], atol=1e-5)
   np.testing.assert_allclose(estimator.get_variable_value('t2/Adagrad'), expected['t2']['accumulators'], atol=1e-5)
+
+
+def test_eval_on_cpu_path_reads_the_logical_tables(tmp_path):
+  estimator = train(tmp_path, make_spec(tex.AdagradParameters(0.3), 'mod'), num_shards=4, steps=2)
+  t1, t2 = estimator.get_variable_value('t1'), estimator.get_variable_value('t2')
+  logits = np.concatenate([t1[A].mean(axis=1), t2[B], t1[C[:, 0]]], axis=1) @ W
+  config = te.RunConfig(model_dir=str(tmp_path))
+  cpu = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=G, eval_batch_size=G,
+                        eval_on_tpu=False, embedding_config_spec=make_spec(tex.AdagradParameters(0.3), 'mod'))
+  metrics = cpu.evaluate(input_fn, steps=2)
+  np.testing.assert_allclose(metrics['mean_logit'], logits[:2 * G].mean(), rtol=1e-5)
