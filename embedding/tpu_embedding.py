@@ -258,7 +258,6 @@ class TPUEmbedding(tf.Module):
             self._engine = EmbeddingEngine(
                 feature_config, optimizer, num_shards=len(self._devices) if self._devices else 1,
                 devices=self._devices, partition_strategy=self._partition_strategy())
-        object.__setattr__(self, "_user_feature_config", feature_config)
         self._paths = [key for key, _ in preprocessing.feature_paths(self._engine.feature_config)]
         self._features_of_table = features_by_table(self._engine)
         configured = [f.output_shape for _, f in preprocessing.feature_paths(self._engine.feature_config)]
