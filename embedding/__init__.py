@@ -52,3 +52,8 @@ from embedding.preprocessing import to_partitioned_csr
 from embedding.preprocessing import unpartition_ids
 from embedding.sharded_table import ShardLayout
 from embedding.sharded_table import ShardedTable
+from embedding.serving import TPUEmbeddingForServing
+from embedding.serving import serving_embedding_lookup
+from embedding.tpu_embedding import TPUEmbedding
+from embedding.tpu_embedding_v2 import EnqueuedFeatures
+from embedding.tpu_embedding_v2 import TPUEmbeddingV2
