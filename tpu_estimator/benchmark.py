@@ -242,8 +242,12 @@ def _peak_rss_bytes() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_dir: str) -> Dict[str, Any]:
+def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_dir: str,
+             trace_path: Optional[str] = None) -> Dict[str, Any]:
   """Trains one configuration and measures it (call in a fresh process for a meaningful peak RSS).
+
+  With `trace_path`, the first run after warm-up is traced (`RunOptions.FULL_TRACE`): a Chrome timeline is
+  written to `trace_path` and the result gets `op_profile` (op type -> summed microseconds, top 25).
 
   Returns:
     `{'examples_per_sec', 'steps_per_sec', 'peak_rss_bytes', 'seconds', 'measured_steps', ...}`.
@@ -253,14 +257,23 @@ def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_
   pool = _synthetic_pool(w, rows)
   input_fn = _input_fn_for(pool)
   times: List[float] = []
+  traces: List[Any] = []
 
   class TimingHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
       times.append(time.perf_counter())
 
+    def before_run(self, run_context):
+      if trace_path and len(times) == warmup_runs + 1:
+        return tf.compat.v1.train.SessionRunArgs(
+            None, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+      return None
+
     def after_run(self, run_context, run_values):
       times.append(time.perf_counter())
+      if trace_path and len(times) == warmup_runs + 2:
+        traces.append(run_values.run_metadata)
 
   common = dict(save_checkpoints_steps=None, save_checkpoints_secs=None, log_step_count_steps=10**9,
                 save_summary_steps=10**9, model_dir=model_dir)
@@ -295,7 +308,7 @@ def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_
                                 embedding_config_spec=spec)
     steps_per_run = iterations_per_loop
   warmup_runs = max(1, -(-w.warmup_steps // steps_per_run))
-  measured_runs = max(1, -(-w.steps // steps_per_run))
+  measured_runs = max(1, -(-w.steps // steps_per_run)) + (1 if trace_path else 0)
   total_steps = (warmup_runs + measured_runs) * steps_per_run
   start = time.perf_counter()
   estimator.train(input_fn, max_steps=total_steps, hooks=[TimingHook()])
@@ -303,9 +316,10 @@ def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_
   runs = len(times) - 1
   if runs < warmup_runs + measured_runs:
     raise RuntimeError('{}: expected {} runs, timed {}'.format(line, warmup_runs + measured_runs, runs))
-  elapsed = times[-1] - times[warmup_runs]
-  measured_steps = (runs - warmup_runs) * steps_per_run
-  return {
+  start_index = warmup_runs + (1 if trace_path else 0)  # The traced run is not measured.
+  elapsed = times[-1] - times[start_index]
+  measured_steps = (runs - start_index) * steps_per_run
+  out = {
       'examples_per_sec': measured_steps * w.batch_size / elapsed,
       'steps_per_sec': measured_steps / elapsed,
       'measured_steps': measured_steps,
@@ -314,6 +328,23 @@ def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_
       'seconds_to_first_step': times[0] - start,
       'peak_rss_bytes': _peak_rss_bytes(),
   }
+  if trace_path and traces:
+    out['op_profile'] = _write_trace(traces[0], trace_path)
+  return out
+
+
+def _write_trace(run_metadata, path: str) -> Dict[str, float]:
+  """Writes a Chrome timeline and returns `{op type: summed microseconds}` (top 25 by time)."""
+  from tensorflow.python.client import timeline  # pylint: disable=import-outside-toplevel
+  with open(path, 'w') as f:
+    f.write(timeline.Timeline(run_metadata.step_stats).generate_chrome_trace_format())
+  totals: Dict[str, float] = {}
+  for dev in run_metadata.step_stats.dev_stats:
+    for node in dev.node_stats:
+      label = node.timeline_label or node.node_name
+      op = label.split('(')[0].split(' = ')[-1].strip() if ' = ' in label else node.node_name.split(':')[0]
+      totals[op] = totals.get(op, 0.0) + (node.all_end_rel_micros or node.op_end_rel_micros)
+  return dict(sorted(totals.items(), key=lambda kv: -kv[1])[:25])
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,0 +1,27 @@
+"""Benchmarks ours vs upstream TPUEstimator on synthetic embedding workloads (see tpu_estimator/benchmark.py).
+
+  python scripts/benchmark.py --workload=all --runs=3 --output_json=/tmp/bench.json
+  python scripts/benchmark.py --config=configs/bench/A_dlrm.yaml --runs=3 --steps=200
+"""
+from absl import app
+from absl import flags
+
+from tpu_estimator import benchmark
+
+flags.DEFINE_string('config', None, 'One workload YAML (configs/bench/<workload>.yaml); overrides --workload.')
+flags.DEFINE_string('workload', 'all', 'A, B, C, D or all (configs/bench/<letter>_*.yaml).')
+flags.DEFINE_integer('runs', 3, 'Runs per configuration; medians are reported.')
+flags.DEFINE_integer('steps', None, 'Measured steps per run (after warm-up); default from the config.')
+flags.DEFINE_string('output_json', None, 'Write the results as JSON to this path.')
+flags.DEFINE_bool('measure_machine', True, 'Measure the NumPy random-gather rate and copy bandwidth.')
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  del argv
+  benchmark.run(config=FLAGS.config, workload=FLAGS.workload, runs=FLAGS.runs, steps=FLAGS.steps,
+                output_json=FLAGS.output_json, measure_machine=FLAGS.measure_machine)
+
+
+if __name__ == '__main__':
+  app.run(main)
