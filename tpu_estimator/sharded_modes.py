@@ -23,6 +23,8 @@ from tpu_estimator.input_pipeline import InputPipeline, TensorInfeedHook
 from tpu_estimator.spec import TPUEstimatorSpec, call_scaffold_fn
 
 ModeKeys = _estimator_lib.ModeKeys
+# How many preprocessed steps the embedding infeed thread may run ahead of the training loop.
+_EMBEDDING_INFEED_DEPTH = 4
 # The loop-length tensor of each training graph (the stop hook is created before the graph).
 _ITERATIONS_BY_GRAPH = weakref.WeakKeyDictionary()
 
@@ -170,9 +172,8 @@ class ShardedModeBuilder(object):
     structure = (per_replica, batches)
     flat = tf.nest.flatten(structure, expand_composites=True)
     with tf.device(ctx.host_device):
-      capacity = max(2, min(ctx.config.tpu_config.iterations_per_loop
-                            if isinstance(ctx.config.tpu_config.iterations_per_loop, int) else 2, 8))
-      queue = tf.queue.FIFOQueue(capacity=capacity, dtypes=[t.dtype for t in flat], name='embedding_infeed')
+      queue = tf.queue.FIFOQueue(capacity=_EMBEDDING_INFEED_DEPTH, dtypes=[t.dtype for t in flat],
+                                 name='embedding_infeed')
       hook = TensorInfeedHook(queue.enqueue(flat), queue.close(cancel_pending_enqueues=True),
                               ctx.config.tpu_config.initial_infeed_sleep_secs)
 

@@ -168,5 +168,6 @@ def test_model_parallelism_gives_one_clear_error(results):
   assert 'Traceback' not in output
   # Where the program called into us, then the error: what to change.
   assert lines[-2].startswith('tpu-estimator-run: configuration error') and 'resnet_tpu.py:' in lines[-2]
-  assert lines[-1].startswith('ValueError: TPUConfig.num_cores_per_replica=2 asks for model parallelism')
+  assert lines[-1].startswith('UnsupportedOffTPUError: TPUConfig.num_cores_per_replica=2 asks for model '
+                             'parallelism')
   assert 'set num_cores_per_replica=None' in lines[-1]
