@@ -18,6 +18,16 @@ Examples:
   tpu-estimator export --config=configs/dlrm_tiny.yaml --model_dir=/tmp/dlrm
   tpu-estimator predict --export_dir=/tmp/dlrm/export/1700000000 --input=data/day_0.tsv --output=/tmp/p.csv
 
+Flags (all: --helpfull):
+  --config=PATH        the YAML config (configs/dlrm_tiny.yaml, configs/dlrm_demo.yaml, configs/wide_deep_tiny.yaml)
+  --set=KEY.PATH=VALUE override a config value (repeatable), e.g. --set=tpu.num_shards=1
+  --model_dir=DIR      overrides model_dir of the config
+  --export_dir=DIR     predict: the SavedModel to serve; export: the export base directory
+  --input=FILES        predict: Criteo TSV/TFRecord files (--input_format=tsv|tfrecord if the names don't say)
+  --output=FILE        predict: .csv or .jsonl;  --max_rows=N, --print_rows=N
+  --benchmark_steps=N  benchmark: steps to train
+  --progress_secs=S, --progress_steps=N   how often progress lines are printed
+
 Final metrics are printed and written to MODEL_DIR/metrics_SUBCOMMAND.json; TensorBoard events go to the model
 directory. TensorFlow logs only warnings unless --verbosity is given (0 = info, 1 = debug, -2 = errors only).
 """
@@ -35,6 +45,7 @@ from typing import Any, Dict, List, Optional
 
 from absl import app
 from absl import flags
+from absl import logging as absl_logging
 import numpy as np
 import tensorflow as tf
 
@@ -99,6 +110,7 @@ def set_tf_verbosity(flag_values: flags.FlagValues = FLAGS) -> None:
   else:
     logger.setLevel('WARNING')
     logger.addFilter(_not_a_deprecation_notice)
+    absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow also logs through absl (SavedModel loading)
 
 
 def load(flag_values: flags.FlagValues = FLAGS, config_path: Optional[str] = None) -> config_file.Config:
@@ -318,7 +330,7 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
     else:
       config = load(flag_values)
     metrics = _RUNNERS[subcommand](config, flag_values)
-  except CliError as e:
+  except (CliError, FileNotFoundError) as e:
     print(f'{PROG} {subcommand}: error: {e}', file=sys.stderr)
     return 2
   model_dir = (flag_values.model_dir or (config.model_dir if config else None)
@@ -340,6 +352,8 @@ def _main(argv: List[str]) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
   """Console entry point (`tpu-estimator`)."""
   define_flags()
+  # absl prints the __main__ module's docstring as the usage (--help): the console script has none.
+  sys.modules['__main__'].__doc__ = __doc__
   app.run(_main, argv=argv)
 
 

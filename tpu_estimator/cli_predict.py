@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tpu_estimator import config_file
 from tpu_estimator import models
+from tpu_estimator.data import criteo
 from tpu_estimator.models import inputs
 
 CONFIG_ASSET = 'tpu_estimator_config.yaml'
@@ -25,6 +26,10 @@ def rows_dataset(config: config_file.Config, batch_size: int, paths: Optional[Se
                  input_format: Optional[str] = None, max_rows: Optional[int] = None) -> tf.data.Dataset:
   """`(features, label)` batches of `paths` (read once, in order), or of the config's evaluation data."""
   if paths:
+    try:
+      paths = criteo.list_files(paths)
+    except ValueError as e:
+      raise FileNotFoundError(f'--input: {e}') from None
     source = input_format or inputs.file_format(paths, config.data.source if config.data.source != 'synthetic'
                                                 else 'tsv')
     ds = inputs.make_file_input_fn(paths, source, config.data, with_labels=True)({'batch_size': batch_size})

@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 
 from tpu_estimator import cli
+from tpu_estimator.data import convert
+from tpu_estimator.data import criteo
+from tpu_estimator.data import synthetic
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(REPO, 'configs', 'dlrm_tiny.yaml')
@@ -90,10 +93,17 @@ def test_train_resume_evaluate_export_predict(tmp_path):
   export_dir = read_json(os.path.join(model_dir, 'metrics_export.json'))['export_dir']
   assert os.path.exists(os.path.join(export_dir, 'saved_model.pb'))
 
-  # The same held-out rows: served by the SavedModel (config read from the export), and by predict().
-  served = run_cli('predict', f'--export_dir={export_dir}', f'--output={tmp_path}/served.csv', '--max_rows=50')
+  # The same rows: served by the SavedModel (config read from the export) from TSV, and by predict() from the
+  # checkpoint, reading the TFRecord conversion of the TSV file.
+  tsv = str(tmp_path / 'rows.tsv')
+  generator = synthetic.SyntheticCriteo(synthetic.SyntheticCriteoSpec(
+      seed=5, cardinalities=tuple(criteo.criteo_cardinalities(100))))
+  generator.write_tsv(tsv, 50)
+  tfrecord = str(tmp_path / 'rows.tfrecord')
+  assert convert.convert_tsv_to_tfrecord(tsv, tfrecord) == 50
+  served = run_cli('predict', f'--export_dir={export_dir}', f'--input={tsv}', f'--output={tmp_path}/served.csv')
   assert 'wrote 50 predictions' in served.stdout and 'probability=' in served.stdout
-  run_cli('predict', *common, f'--output={tmp_path}/predicted.csv', '--max_rows=50')
+  run_cli('predict', *common, f'--input={tfrecord}', f'--output={tmp_path}/predicted.csv')
   served_rows, predicted_rows = read_csv(tmp_path / 'served.csv'), read_csv(tmp_path / 'predicted.csv')
   assert len(served_rows) == len(predicted_rows) == 50
   assert [r['label'] for r in served_rows] == [r['label'] for r in predicted_rows]

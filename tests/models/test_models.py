@@ -183,12 +183,12 @@ def test_input_fns_give_static_batches_and_held_out_synthetic_rows():
 
 def test_synthetic_task_is_learnable(tmp_path):
   config = tiny('data.num_examples=null', 'data.max_vocab=1000', 'data.eval_num_examples=4096',
-                'train.batch_size=256', 'train.steps=150', 'tpu.iterations_per_loop=50', 'eval.batch_size=1024',
+                'train.batch_size=256', 'train.steps=100', 'tpu.iterations_per_loop=50', 'eval.batch_size=1024',
                 'eval.steps=4', 'model.embedding_dim=8', 'model.bottom_mlp=[16, 8]', 'model.top_mlp=[32]',
                 'optimizer.embedding.learning_rate=0.2')
   estimator = models.make_estimator(config, str(tmp_path))
   estimator.train(models.make_input_fn(config, 'train'), max_steps=config.train.steps)
   result = estimator.evaluate(models.make_input_fn(config, 'eval'), steps=config.eval.steps)
-  assert result['global_step'] == 150
+  assert result['global_step'] == 100
   assert result['auc'] > 0.65, result
   assert 0.1 < result['mean_probability'] < 0.45
