@@ -94,7 +94,8 @@ def main() -> int:
         f'{config.model.top_mlp} ({config.optimizer.dense.name}); {config.train.steps} steps of '
         f'{config.train.batch_size} examples')
     estimator = models.make_estimator(config)
-    hook = cli_progress.ProgressHook(config.train.batch_size, last_step=config.train.steps, every_secs=10)
+    hook = cli_progress.ProgressHook(config.train.batch_size, last_step=config.train.steps, every_secs=10,
+                                     printer=lambda line: say('      ' + line))
     t = time.time()
     estimator.train(models.make_input_fn(config, 'train'), max_steps=config.train.steps, hooks=[hook])
     say(f'      trained in {time.time() - t:.0f}s, {hook.examples_per_sec() or 0:,.0f} examples/s, '
