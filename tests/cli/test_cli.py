@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tpu_estimator import cli
+from tpu_estimator import cli_progress
 from tpu_estimator.data import convert
 from tpu_estimator.data import criteo
 from tpu_estimator.data import synthetic
@@ -112,3 +113,16 @@ def test_train_resume_evaluate_export_predict(tmp_path):
                                rtol=1e-5, atol=1e-6)
   probabilities = np.array([float(r['probability']) for r in served_rows])
   assert np.all((probabilities > 0) & (probabilities < 1)) and probabilities.std() > 0
+
+
+def test_progress_lines():
+  assert cli_progress.format_duration(5) == '5s'
+  assert cli_progress.format_duration(125) == '2m05s'
+  assert cli_progress.format_duration(3723) == '1h02m03s'
+  hook = cli_progress.ProgressHook(batch_size=100, last_step=1000)
+  hook.last_loss = 0.5
+  assert hook._line(400, 2000.0) == 'step 400/1000  loss 0.5000  2,000 examples/s  ETA 30s'
+  hook.points = [(0.0, 0), (10.0, 100), (12.0, 200), (14.0, 300)]  # the first run includes warm-up
+  assert hook.steps_run == 300
+  assert hook.examples_per_sec() == pytest.approx(200 * 100 / 4.0)
+  assert hook.examples_per_sec(skip_first_run=False) == pytest.approx(300 * 100 / 14.0)

@@ -7,6 +7,7 @@ import tpu_estimator as te
 from tpu_estimator import config_file
 from tpu_estimator import experimental as tex
 from tpu_estimator import models
+from tpu_estimator.data import convert
 from tpu_estimator.data import criteo
 from tpu_estimator.models import common
 from tpu_estimator.models import dlrm
@@ -192,3 +193,36 @@ def test_synthetic_task_is_learnable(tmp_path):
   assert result['global_step'] == 100
   assert result['auc'] > 0.65, result
   assert 0.1 < result['mean_probability'] < 0.45
+
+
+class FakeContext:
+  """What `input_fn` reads from `params['context']`: this call is pipeline `index` of `total`."""
+
+  def __init__(self, index, total):
+    self._deployment = ('/job:localhost/replica:0/task:0/device:CPU:0', index, total, 1)
+
+  def current_input_fn_deployment(self):
+    return self._deployment
+
+
+def test_file_sources_read_the_same_examples_and_shard_files_by_pipeline(tmp_path):
+  generator = inputs.synthetic_generator(tiny().data)
+  tsv_paths = generator.write_tsv_files(str(tmp_path / 'tsv'), 64, num_files=2)
+  for i, path in enumerate(tsv_paths):
+    convert.convert_tsv_to_tfrecord(path, str(tmp_path / f'part-{i}.tfrecord'))
+  batches = {}
+  for source, paths in (('tsv', [str(tmp_path / 'tsv' / '*.tsv')]), ('tfrecord', [str(tmp_path / '*.tfrecord')])):
+    config = tiny(f'data.source={source}', f'data.train_paths={paths}', 'data.shuffle=false')
+    batches[source] = list(models.make_input_fn(config, 'eval')({'batch_size': 16}))
+    shards = [list(models.make_input_fn(config, 'eval')({'batch_size': 16, 'context': FakeContext(i, 2)}))
+              for i in range(2)]
+    # Pipeline i of 2 reads file i: the first 32 examples, then the next 32.
+    np.testing.assert_array_equal(np.concatenate([f['cat_7'] for f, _ in shards[0]]),
+                                  np.concatenate([f['cat_7'] for f, _ in batches[source][:2]]))
+    np.testing.assert_array_equal(np.concatenate([f['cat_7'] for f, _ in shards[1]]),
+                                  np.concatenate([f['cat_7'] for f, _ in batches[source][2:]]))
+  assert len(batches['tsv']) == 4
+  for (ft, lt), (fr, lr) in zip(batches['tsv'], batches['tfrecord']):
+    np.testing.assert_array_equal(lt, lr)
+    for key in ft:
+      np.testing.assert_array_equal(ft[key], fr[key])
