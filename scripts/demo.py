@@ -27,6 +27,7 @@ from tpu_estimator import cli_predict  # pylint: disable=g-import-not-at-top
 from tpu_estimator import cli_progress  # pylint: disable=g-import-not-at-top
 from tpu_estimator import config_file  # pylint: disable=g-import-not-at-top
 from tpu_estimator import models  # pylint: disable=g-import-not-at-top
+from tpu_estimator.data import criteo  # pylint: disable=g-import-not-at-top
 from tpu_estimator.models import inputs  # pylint: disable=g-import-not-at-top
 
 CONFIG = os.path.join(REPO, 'configs', 'dlrm_demo.yaml')
@@ -56,7 +57,6 @@ def write_data(config: config_file.Config, work_dir: str):
   n_train, n_eval = config.data.num_examples, config.data.eval_num_examples
   train_paths = generator.write_tsv_files(os.path.join(work_dir, 'train'), n_train, NUM_TRAIN_FILES)
   eval_path = generator.write_tsv(os.path.join(work_dir, 'heldout.tsv'), n_eval, start=n_train)
-  bayes_auc = None
   held_out = generator.generate(n_eval, start=n_train)
   bayes_auc = auc(held_out.label, generator.click_probability(held_out))
   return train_paths, eval_path, bayes_auc
@@ -88,7 +88,7 @@ def main() -> int:
         f'model_dir={os.path.join(work_dir, "model")}', 'eval.steps=null'])
 
     # 2. Train.
-    vocab = sum(config.table_settings(f)['vocab_size'] for f in models.dlrm.criteo.CATEGORICAL_FEATURE_NAMES)
+    vocab = sum(config.table_settings(f)['vocab_size'] for f in criteo.CATEGORICAL_FEATURE_NAMES)
     say(f'\n[2/5] train: 26 embedding tables ({vocab:,} rows of dim {config.model.embedding_dim}, '
         f'{config.optimizer.embedding.name}), bottom MLP {config.model.bottom_mlp}, top MLP '
         f'{config.model.top_mlp} ({config.optimizer.dense.name}); {config.train.steps} steps of '

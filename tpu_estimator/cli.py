@@ -263,11 +263,11 @@ def export(config: config_file.Config, flag_values: flags.FlagValues = FLAGS) ->
 def predict(config: Optional[config_file.Config], flag_values: flags.FlagValues = FLAGS) -> Dict[str, Any]:
   """Predicts rows from a SavedModel (--export_dir) or the latest checkpoint; writes and prints them."""
   export_dir = flag_values.export_dir
-  if config is None:
-    config = cli_predict.export_config(export_dir) if export_dir else None
-    if config is None:
+  if config is None:  # the config saved in the export by the export command, with --set and --model_dir
+    path = cli_predict.export_config_path(export_dir) if export_dir else None
+    if not path or not tf.io.gfile.exists(path):
       raise CliError('predict: --config is required (or an --export_dir written by the export command)')
-    config = load(flag_values, config_path=os.path.join(export_dir, 'assets.extra', cli_predict.CONFIG_ASSET))
+    config = load(flag_values, config_path=path)
   batch_size = config.eval.batch_size
 
   def rows(batch: int) -> tf.data.Dataset:
@@ -333,8 +333,8 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
   except (CliError, FileNotFoundError) as e:
     print(f'{PROG} {subcommand}: error: {e}', file=sys.stderr)
     return 2
-  model_dir = (flag_values.model_dir or (config.model_dir if config else None)
-               if subcommand != 'benchmark' or flag_values.model_dir else None)
+  # benchmark trains in a temporary directory: its metrics go to --model_dir only when one is given.
+  model_dir = flag_values.model_dir if subcommand == 'benchmark' or not config else config.model_dir
   if subcommand == 'benchmark':
     print(f"benchmark: {metrics['examples_per_sec'] or 0:,.0f} examples/sec "
           f"({metrics['steps_run']} steps of {metrics['batch_size']} on {metrics['num_shards']} shards)")

@@ -16,10 +16,9 @@ from tpu_estimator.models import inputs
 CONFIG_ASSET = 'tpu_estimator_config.yaml'
 
 
-def export_config(export_dir: str) -> Optional[config_file.Config]:
-  """The config saved with an export by the `export` command (`assets.extra/tpu_estimator_config.yaml`)."""
-  path = os.path.join(export_dir, 'assets.extra', CONFIG_ASSET)
-  return config_file.load_config(path) if tf.io.gfile.exists(path) else None
+def export_config_path(export_dir: str) -> str:
+  """Where the `export` command saves the config in a SavedModel (`assets.extra/tpu_estimator_config.yaml`)."""
+  return os.path.join(export_dir, 'assets.extra', CONFIG_ASSET)
 
 
 def rows_dataset(config: config_file.Config, batch_size: int, paths: Optional[Sequence[str]] = None,
