@@ -62,7 +62,13 @@ class ConstantInitializer:
   def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32, **kwargs) -> tf.Tensor:
     del kwargs  # partition/shard info is irrelevant for a constant.
     dims = shape if tf.is_tensor(shape) else tf.TensorShape(shape).as_list()
-    return tf.fill(dims, tf.constant(self.value, dtype=dtype))
+    value = tf.constant(self.value, dtype=dtype)
+    if not tf.executing_eagerly():
+      # In graphs, Grappler would fold Fill(const, const) into a Const node that keeps the full tensor alive, and the
+      # variable, aliasing that buffer, would copy itself on its first sparse update: one extra table of memory
+      # per slot. A placeholder_with_default value cannot be folded.
+      value = tf.compat.v1.placeholder_with_default(value, [])
+    return tf.fill(dims, value)
 
   def __eq__(self, other: Any) -> bool:
     return isinstance(other, ConstantInitializer) and other.value == self.value

@@ -132,6 +132,12 @@ def make_shard_initial_value(initializer: Callable, layout: ShardLayout, k: int,
                              f"{(layout.vocabulary_size, dim)}.")
         part = layout.split_numpy(full)[k]
         return lambda: tf.constant(part, dtype=dtype)
+    if value is not None and np.ndim(value) == 0:
+        # A scalar constant: tf.fill of a non-foldable value (see optimizers.ConstantInitializer) instead of a
+        # full-size Const node, which would stay alive and make the variable copy itself on its first update.
+        from embedding import optimizers  # pylint: disable=import-outside-toplevel
+        fill = optimizers.ConstantInitializer(float(value))
+        return lambda: fill(shape, dtype=dtype)
     return lambda: initializer(shape, dtype=dtype)
 
 
