@@ -121,16 +121,29 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
     """
 
     def __init__(self, logical: "LogicalTensor", key: str):
-        spec = _saveable_object.SaveSpec(
-            logical.read, "", key, dtype=logical.dtype, device=logical.host_device)
+        if logical.row_slices is not None:
+            # One slice of the full tensor per shard: nothing is assembled on save (no full-size copy), and restore
+            # reads each shard's rows only. The checkpoint still holds ONE tensor under `key` (as for a
+            # partitioned variable), which every reader (RestoreV2, tf.train.load_variable) sees whole.
+            rows, dim = logical.shape.as_list()
+            specs = []
+            for shard, (offset, size) in zip(logical.shards, logical.row_slices):
+                specs.append(_saveable_object.SaveSpec(
+                    shard.read_value, f"{rows} {dim} {offset},{size}:-", key, dtype=logical.dtype,
+                    device=logical.host_device))  # One device per saveable (sharded Savers group by it).
+        else:
+            specs = [_saveable_object.SaveSpec(logical.read, "", key, dtype=logical.dtype,
+                                               device=logical.host_device)]
         name = key
         if not tf.executing_eagerly():
             name = logical.shards[0].handle.op.name
-        super().__init__(logical, [spec], name)
+        super().__init__(logical, specs, name)
         self._logical = logical
 
     def restore(self, restored_tensors, restored_shapes):
         del restored_shapes  # The logical shape is fixed; checked in assign().
+        if self._logical.row_slices is not None:
+            return self._logical.assign_shards(restored_tensors)
         return self._logical.assign(restored_tensors[0])
 
 
@@ -145,14 +158,21 @@ class LogicalTensor(_trackable_base.Trackable):
       assemble: `assemble(list of shard tensors) -> full tensor`.
       split: `split(full tensor) -> list of shard tensors`.
       host_device: Device on which the full tensor is assembled / split (a host CPU), or "".
+      row_slices: Optional `[(first row, rows)]` per shard when the shards are contiguous row ranges of the full
+        tensor (one shard, or 'div' partitioning): TF1 checkpoints then save and restore each shard as a slice of
+        the logical tensor, without assembling it.
     """
 
     def __init__(self, key: str, shards: Sequence[tf.Variable], shape: Sequence[int],
                  assemble: Callable[[List[tf.Tensor]], tf.Tensor],
-                 split: Callable[[tf.Tensor], List[tf.Tensor]], host_device: str = ""):
+                 split: Callable[[tf.Tensor], List[tf.Tensor]], host_device: str = "",
+                 row_slices: Optional[Sequence[Sequence[int]]] = None):
         self.key = key
         self.shards = list(shards)
         self.shape = tf.TensorShape(shape)
+        self.row_slices = None
+        if row_slices is not None and len(self.shards) > 1:
+            self.row_slices = [(int(o), int(n)) for o, n in row_slices]
         self.dtype = self.shards[0].dtype
         self.host_device = host_device or ""
         self._assemble = assemble
@@ -179,6 +199,17 @@ class LogicalTensor(_trackable_base.Trackable):
         ops = []
         for var, part in zip(self.shards, parts):
             with tf.device(var.device):
+                ops.append(var.assign(part, read_value=False))
+        if tf.executing_eagerly():
+            return None
+        return tf.group(*ops)
+
+    def assign_shards(self, parts: Sequence[tf.Tensor]) -> Optional[tf.Operation]:
+        """Assigns one restored slice per shard (`row_slices` layout)."""
+        ops = []
+        for var, part, (_, size) in zip(self.shards, parts, self.row_slices):
+            with tf.device(var.device):
+                part = tf.ensure_shape(tf.convert_to_tensor(part, dtype=self.dtype), [size, self.shape[1]])
                 ops.append(var.assign(part, read_value=False))
         if tf.executing_eagerly():
             return None

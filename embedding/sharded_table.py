@@ -237,14 +237,17 @@ class ShardedTable(tf.Module):
 
     def _build_logical(self) -> None:
         assemble, split = self._layout.assemble, self._layout.split
+        slices = None
+        if self._layout.strategy == "div":
+            slices = list(zip(self._layout.offsets, self._layout.sizes))
         self._logical = {self.checkpoint_name: checkpointing.LogicalTensor(
             self.checkpoint_name, self._shards, [self.vocabulary_size, self._dim], assemble, split,
-            self._host_device)}
+            self._host_device, row_slices=slices)}
         for slot in self._slot_names:
             key = self.slot_checkpoint_names[slot]
             self._logical[key] = checkpointing.LogicalTensor(
                 key, self._slot_shards[slot], [self.vocabulary_size, self._dim], assemble, split,
-                self._host_device)
+                self._host_device, row_slices=slices)
 
     def set_checkpoint_names(self, checkpoint_name: str,
                              slot_checkpoint_names: Optional[Mapping[str, str]] = None) -> None:
