@@ -134,12 +134,14 @@ def load(flag_values: flags.FlagValues = FLAGS, config_path: Optional[str] = Non
 
 
 def require_model_dir(config: config_file.Config) -> str:
+  """`config.model_dir`; CliError when it is not set."""
   if not config.model_dir:
     raise CliError('model_dir: not set; give --model_dir or set model_dir in the config')
   return config.model_dir
 
 
 def to_json_value(value: Any) -> Any:
+  """`value` with NumPy scalars as Python numbers and non-finite floats as None (strict JSON)."""
   if isinstance(value, dict):
     return {str(k): to_json_value(v) for k, v in value.items()}
   if isinstance(value, (list, tuple)):
@@ -165,6 +167,7 @@ def write_metrics(model_dir: Optional[str], subcommand: str, metrics: Dict[str, 
 
 
 def print_metrics(title: str, metrics: Dict[str, Any]) -> None:
+  """Prints the scalar entries of `metrics`, one per line, sorted."""
   print(title)
   for key in sorted(metrics):
     value = metrics[key]
@@ -177,11 +180,13 @@ def print_metrics(title: str, metrics: Dict[str, Any]) -> None:
 
 def progress_hook(config: config_file.Config, last_step: int,
                   flag_values: flags.FlagValues = FLAGS) -> cli_progress.ProgressHook:
+  """The progress printer of a training run up to `last_step`."""
   return cli_progress.ProgressHook(config.train.batch_size, last_step=last_step,
                                    every_secs=flag_values.progress_secs, every_steps=flag_values.progress_steps)
 
 
 def save_config(config: config_file.Config, model_dir: str) -> str:
+  """Writes the effective config (after overrides) to `{model_dir}/config.yaml`."""
   tf.io.gfile.makedirs(model_dir)
   path = os.path.join(model_dir, 'config.yaml')
   with tf.io.gfile.GFile(path, 'w') as f:

@@ -45,6 +45,7 @@ def rows_dataset(config: config_file.Config, batch_size: int, paths: Optional[Se
 
 
 def labels_of(ds: tf.data.Dataset) -> np.ndarray:
+  """The labels of every batch of `ds`, concatenated."""
   return np.concatenate([label.numpy() for _, label in ds]) if ds is not None else np.zeros([0])
 
 
@@ -88,6 +89,7 @@ def write_predictions(path: str, predictions: Dict[str, np.ndarray], labels: np.
 
 
 def iter_rows(predictions: Dict[str, np.ndarray], labels: np.ndarray) -> Iterator[dict]:
+  """`{row, label, logit, probability}` per example (plain Python values)."""
   keys = sorted(predictions)
   n = len(predictions[keys[0]]) if keys else 0
   for i in range(n):
