@@ -147,10 +147,11 @@ def test_metric_fn_values():
   np.testing.assert_allclose(values['mean_label'], labels.mean(), rtol=1e-6)
 
 
-def test_model_fn_returns_tpu_estimator_specs_in_every_mode():
-  config = tiny()
+@pytest.mark.parametrize('name', ['dlrm', 'wide_deep'])
+def test_model_fn_returns_tpu_estimator_specs_in_every_mode(name):
+  config = tiny(f'model.name={name}')
   model_fn = models.make_model_fn(config)
-  features = fake_features(np.random.RandomState(5), 4)
+  features = fake_features(np.random.RandomState(5), 4, wide=name == 'wide_deep')
   labels = np.array([0, 1, 0, 1], np.float32)
   for mode in ('train', 'eval', 'infer'):
     with tf.Graph().as_default():
