@@ -112,6 +112,23 @@ def initializer_op(graph: Optional[tf.Graph] = None) -> tf.Operation:
         return tf.group(*[v.initializer for v in shard_variables(graph)], name="embedding_shards_initializer")
 
 
+def read_shard(variable: tf.Variable) -> tf.Tensor:
+    """Reads a shard variable for saving without copying it.
+
+    After a sparse update (scatter, gather-free sparse apply) a resource variable is in "copy-on-read" mode, in
+    which every read copies the whole tensor: saving a checkpoint would then need a second copy of every table.
+    `DisableCopyOnRead` switches the variable back (under its lock), so the read aliases the buffer; the next
+    sparse update switches it on again, copying only if the read tensor is still alive (TensorFlow's own rule).
+    """
+    disable = getattr(tf.raw_ops, "DisableCopyOnRead", None)
+    if disable is None:
+        return variable.read_value()
+    with tf.device(variable.device):
+        op = disable(resource=variable.handle)
+        with tf.control_dependencies([op] if op is not None else None):
+            return variable.read_value()
+
+
 class _LogicalSaveable(_saveable_object.SaveableObject):
     """TF1 SaveableObject saving a LogicalTensor as one full tensor under checkpoint key `key`.
 
@@ -129,7 +146,8 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
             specs = []
             for shard, (offset, size) in zip(logical.shards, logical.row_slices):
                 specs.append(_saveable_object.SaveSpec(
-                    shard.read_value, f"{rows} {dim} {offset},{size}:-", key, dtype=logical.dtype,
+                    lambda shard=shard: read_shard(shard), f"{rows} {dim} {offset},{size}:-", key,
+                    dtype=logical.dtype,
                     device=logical.host_device))  # One device per saveable (sharded Savers group by it).
         else:
             specs = [_saveable_object.SaveSpec(logical.read, "", key, dtype=logical.dtype,
@@ -180,8 +198,9 @@ class LogicalTensor(_trackable_base.Trackable):
 
     def read(self) -> tf.Tensor:
         """Returns the full logical tensor (assembled on the host device)."""
+        parts = [read_shard(s) for s in self.shards]
         with tf.device(self.host_device):
-            return self._assemble([s.read_value() for s in self.shards])
+            return self._assemble(parts)
 
     def assign(self, full) -> Optional[tf.Operation]:
         """Assigns a full logical tensor to the shards. Returns an op in graph mode.
