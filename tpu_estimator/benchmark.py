@@ -64,6 +64,8 @@ class Workload:
     seed: data seed.
     min_free_bytes_factor: lines are skipped (with a note) when available memory is below this factor times
       the table+slot bytes.
+    save_checkpoints: save a checkpoint when the session starts and after the last step (as an Estimator with
+      checkpointing does), so that the peak memory includes checkpoint saving; off by default.
   """
   name: str
   description: str = ''
@@ -83,6 +85,7 @@ class Workload:
   pool_batches: int = 4
   seed: int = 0
   min_free_bytes_factor: float = 1.15
+  save_checkpoints: bool = False
 
   @property
   def row_values(self) -> List[int]:
@@ -277,6 +280,8 @@ def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_
 
   common = dict(save_checkpoints_steps=None, save_checkpoints_secs=None, log_step_count_steps=10**9,
                 save_summary_steps=10**9, model_dir=model_dir)
+  if w.save_checkpoints:
+    common['save_checkpoints_steps'] = 10**9  # At session start and after the last step only.
   if line == 'upstream':
     up = tf.compat.v1.estimator.tpu
     spec = up.experimental.EmbeddingConfigSpec(

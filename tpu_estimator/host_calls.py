@@ -67,11 +67,8 @@ def concat_over_replicas(name: str, host_calls_per_replica, device: str):
   return result
 
 
-class CpuHostCallHook(tf.compat.v1.train.SessionRunHook):
-  """Runs the host call's ops every step and initialises/flushes the summary writers they use."""
-
-  def __init__(self, ops):
-    self._ops = ops
+class SummaryWritersHook(tf.compat.v1.train.SessionRunHook):
+  """Initialises the `tf.compat.v2.summary` writers of the graph (host calls create them) and flushes them."""
 
   def begin(self):
     self._init_ops = _tf_internal.summary_writer_initializer_ops()
@@ -80,8 +77,15 @@ class CpuHostCallHook(tf.compat.v1.train.SessionRunHook):
   def after_create_session(self, session, coord):
     session.run(self._init_ops)
 
-  def before_run(self, run_context):
-    return tf.compat.v1.train.SessionRunArgs(self._ops)
-
   def end(self, session):
     session.run(self._flush_ops)
+
+
+class CpuHostCallHook(SummaryWritersHook):
+  """Runs the host call's ops every step (upstream's CPU path)."""
+
+  def __init__(self, ops):
+    self._ops = ops
+
+  def before_run(self, run_context):
+    return tf.compat.v1.train.SessionRunArgs(self._ops)

@@ -47,19 +47,12 @@ class LoopStopHookFromGraph(hooks_lib.LoopStopHook):
     self._iterations = _ITERATIONS_BY_GRAPH[graph]
 
 
-class OutfeedHostCallHook(tf.compat.v1.train.SessionRunHook):
-  """After each loop, runs `host_fn` once per entry the loop queued; initialises and flushes summary writers."""
+class OutfeedHostCallHook(host_calls_lib.SummaryWritersHook):
+  """After each loop, runs `host_fn` once per entry the loop queued."""
 
   def __init__(self, host_ops, queue_size: tf.Tensor):
     self._host_ops = host_ops
     self._queue_size = queue_size
-
-  def begin(self):
-    self._init_ops = _tf_internal.summary_writer_initializer_ops()
-    self._flush_ops = _tf_internal.summary_writer_flush_ops(self._init_ops)
-
-  def after_create_session(self, session, coord):
-    session.run(self._init_ops)
 
   def _drain(self, session) -> None:
     for _ in range(int(session.run(self._queue_size))):
@@ -70,7 +63,7 @@ class OutfeedHostCallHook(tf.compat.v1.train.SessionRunHook):
 
   def end(self, session):
     self._drain(session)
-    session.run(self._flush_ops)
+    super(OutfeedHostCallHook, self).end(session)
 
 
 def _verify_spec(spec: Any, mode: str) -> Any:
