@@ -157,7 +157,7 @@ class EmbeddingEngine(tf.Module):
         acts: Dict[str, tf.Tensor] = {}
         for name, table in self._tables.items():
             batch = self._batch(batches, name)
-            rows = table.lookup(batch.unique_ids)
+            rows = table.lookup(batch.unique_ids, sorted_ids=True)  # TableBatch ids are ascending.
             acts.update(combiners.combine_table(rows, batch, self._table_configs[name].quantization_config))
         return tf.nest.pack_sequence_as(self._feature_config, [acts[k] for k in self._feature_keys])
 
@@ -246,7 +246,7 @@ class EmbeddingEngine(tf.Module):
                         if id(opt) not in learning_rates:
                             learning_rates[id(opt)] = opt.learning_rate_tensor()
                         lr = learning_rates[id(opt)]
-                    ops.append(table.apply_gradients(batch.unique_ids, grads[name], lr))
+                    ops.append(table.apply_gradients(batch.unique_ids, grads[name], lr, sorted_ids=True))
             if tf.executing_eagerly():
                 return None
             return tf.group(*[op for op in ops if op is not None])

@@ -343,46 +343,69 @@ class ShardedTable(tf.Module):
         return slot
 
     # ------------------------------------------------------------------------------------------ lookup/apply
-    def _split_by_shard(self, unique_ids: tf.Tensor, *values: tf.Tensor):
-        """[(local ids, values...)] per shard, and the per-shard positions in the input (None for 1 shard)."""
+    def _split_by_shard(self, unique_ids: tf.Tensor, *values: tf.Tensor, sorted_ids: bool = False):
+        """[(local ids, values...)] per shard, and how to put per-shard results back in input order.
+
+        The second result is None (one shard), the string "concat" (ascending ids under 'div': every shard's ids
+        are a contiguous run, split by a binary search instead of a partition and joined by a concat), or the
+        per-shard positions in the input for `tf.dynamic_stitch`.
+        """
         n = self._layout.num_shards
         if n == 1:
             return [(unique_ids,) + tuple(values)], None
+        if sorted_ids and self._layout.strategy == "div":
+            bounds = tf.constant(self._layout.offsets[1:], unique_ids.dtype)
+            cuts = tf.searchsorted(unique_ids, bounds, side="left", out_type=tf.int32)
+            total = tf.size(unique_ids, out_type=tf.int32)[None]
+            sizes = tf.concat([cuts[:1], cuts[1:] - cuts[:-1], total - cuts[-1:]], axis=0)
+            pieces = [tf.split(t, sizes, num=n, axis=0) for t in (unique_ids,) + tuple(values)]
+            out = []
+            for k in range(n):
+                local = pieces[0][k] - self._layout.offsets[k] if self._layout.offsets[k] else pieces[0][k]
+                out.append((local,) + tuple(p[k] for p in pieces[1:]))
+            return out, "concat"
         shard, local = _partition_ids(unique_ids, self._layout)
         positions = tf.range(tf.size(unique_ids, out_type=tf.int32))
         parts = [tf.dynamic_partition(t, shard, n) for t in (local,) + tuple(values)]
         pos_parts = tf.dynamic_partition(positions, shard, n)
         return [tuple(p[k] for p in parts) for k in range(n)], pos_parts
 
-    def lookup(self, unique_ids) -> tf.Tensor:
+    def lookup(self, unique_ids, sorted_ids: bool = False) -> tf.Tensor:
         """Rows of the given ids: one gather per shard on its device.
 
         Args:
           unique_ids: int `[U]` ids (unique ids of a batch; duplicates are allowed but cost extra rows).
+          sorted_ids: the ids are ascending (as `TableBatch.unique_ids`): 'div' shards are then found by a binary
+            search instead of a partition.
 
         Returns:
           float32 `[U, dim]`.
         """
         ids = tf.cast(tf.convert_to_tensor(unique_ids), tf.int64)
         with tf.name_scope(f"{self._scope}_lookup"):
-            parts, positions = self._split_by_shard(ids)
+            parts, positions = self._split_by_shard(ids, sorted_ids=sorted_ids)
             rows = []
             for k, (local,) in enumerate(parts):
                 with tf.device(self._devices[k]):
                     rows.append(tf.gather(self._shards[k], local))
             if positions is None:
                 return rows[0]
-            out = tf.dynamic_stitch(positions, rows)
+            if isinstance(positions, str):
+                out = tf.concat(rows, axis=0)
+            else:
+                out = tf.dynamic_stitch(positions, rows)
             out.set_shape([ids.shape[0], self._dim])
             return out
 
-    def apply_gradients(self, unique_ids, grads, learning_rate=None) -> Optional[tf.Operation]:
+    def apply_gradients(self, unique_ids, grads, learning_rate=None, sorted_ids: bool = False
+                        ) -> Optional[tf.Operation]:
         """Applies the optimizer to the rows of `unique_ids`.
 
         Args:
           unique_ids: int `[U]` UNIQUE ids.
           grads: float `[U, dim]` gradients, already accumulated per unique id.
           learning_rate: Scalar; default `optimizer.learning_rate_tensor()`.
+          sorted_ids: the ids are ascending (see `lookup`).
 
         Returns:
           The update op in graph mode (None when executing eagerly, where it has run).
@@ -399,7 +422,7 @@ class ShardedTable(tf.Module):
         with tf.name_scope(f"{self._scope}_apply"):
             lr = opt.learning_rate_tensor() if learning_rate is None else learning_rate
             lr = tf.cast(tf.convert_to_tensor(lr), tf.float32)
-            parts, _ = self._split_by_shard(ids, grads)
+            parts, _ = self._split_by_shard(ids, grads, sorted_ids=sorted_ids)
             ops = []
             lazy = bool(getattr(opt, "lazy", True))
             for k, (local, g) in enumerate(parts):

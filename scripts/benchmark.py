@@ -9,7 +9,7 @@ from absl import flags
 from tpu_estimator import benchmark
 
 flags.DEFINE_string('config', None, 'One workload YAML (configs/bench/<workload>.yaml); overrides --workload.')
-flags.DEFINE_string('workload', 'all', 'A, B, C, D or all (configs/bench/<letter>_*.yaml).')
+flags.DEFINE_string('workload', 'all', 'A, B, C, D, M or all (configs/bench/<letter>_*.yaml).')
 flags.DEFINE_integer('runs', 3, 'Runs per configuration; medians are reported.')
 flags.DEFINE_integer('steps', None, 'Measured steps per run (after warm-up); default from the config.')
 flags.DEFINE_string('output_json', None, 'Write the results as JSON to this path.')

@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import yaml
 
-WORKLOADS = ('A', 'B', 'C', 'D')
+WORKLOADS = ('A', 'B', 'C', 'D', 'M')
 DEFAULT_CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs', 'bench')
 
 
@@ -119,7 +119,7 @@ def workload_paths(config: Optional[str], workload: str, config_dir: str = DEFAU
     matches = sorted(p for p in os.listdir(config_dir) if p.startswith(name + '_') and p.endswith('.yaml'))
     if not matches:
       raise ValueError('No config for workload {} in {}'.format(name, config_dir))
-    paths.append(os.path.join(config_dir, matches[0]))
+    paths.extend(os.path.join(config_dir, m) for m in matches)
   return paths
 
 
@@ -261,11 +261,13 @@ def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_
   input_fn = _input_fn_for(pool)
   times: List[float] = []
   traces: List[Any] = []
+  cpu_times: List[float] = []
 
   class TimingHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
       times.append(time.perf_counter())
+      cpu_times.append(time.process_time())
 
     def before_run(self, run_context):
       if trace_path and len(times) == warmup_runs + 1:
@@ -275,6 +277,7 @@ def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_
 
     def after_run(self, run_context, run_values):
       times.append(time.perf_counter())
+      cpu_times.append(time.process_time())
       if trace_path and len(times) == warmup_runs + 2:
         traces.append(run_values.run_metadata)
 
@@ -332,6 +335,8 @@ def run_line(w: Workload, line: str, rows: int, iterations_per_loop: int, model_
       'seconds_total': wall,
       'seconds_to_first_step': times[0] - start,
       'peak_rss_bytes': _peak_rss_bytes(),
+      # Process CPU seconds (all threads) per wall second over the measured steps, divided by the core count.
+      'cpu_utilisation': (cpu_times[-1] - cpu_times[start_index]) / elapsed / (os.cpu_count() or 1),
   }
   if trace_path and traces:
     out['op_profile'] = _write_trace(traces[0], trace_path)
@@ -413,7 +418,8 @@ def run_workload(w: Workload, runs: int = 3, steps: Optional[int] = None, log=pr
   for run in range(runs):
     for point in points:
       rows, line, ipl = point
-      need = table_bytes(w, rows) * w.min_free_bytes_factor
+      # Upstream's CPU path peaks at ~2.4x its table+slot bytes (see BENCHMARKS.md).
+      need = table_bytes(w, rows) * (2.6 if line == 'upstream' else w.min_free_bytes_factor)
       if need > _available_bytes():
         note = '{} rows={} skipped: needs ~{:.1f} GB, {:.1f} GB available'.format(
             line, rows, need / 1e9, _available_bytes() / 1e9)
@@ -505,7 +511,7 @@ def run(config: Optional[str] = None, workload: str = 'all', runs: int = 3, step
 
   Args:
     config: one workload YAML file; overrides `workload`.
-    workload: 'A', 'B', 'C', 'D' or 'all' (files `configs/bench/<letter>_*.yaml`).
+    workload: 'A', 'B', 'C', 'D', 'M' or 'all' (every file `configs/bench/<letter>_*.yaml` of the letter).
     runs: runs per line (medians reported).
     steps: measured steps per run (overrides the config).
     output_json: path to write the results to.
