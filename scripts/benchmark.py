@@ -14,13 +14,16 @@ flags.DEFINE_integer('runs', 3, 'Runs per configuration; medians are reported.')
 flags.DEFINE_integer('steps', None, 'Measured steps per run (after warm-up); default from the config.')
 flags.DEFINE_string('output_json', None, 'Write the results as JSON to this path.')
 flags.DEFINE_bool('measure_machine', True, 'Measure the NumPy random-gather rate and copy bandwidth.')
+flags.DEFINE_string('plot', None, 'Write a PNG of the vocabulary sweep (workloads C/C2) to this path (matplotlib).')
 FLAGS = flags.FLAGS
 
 
 def main(argv):
   del argv
-  benchmark.run(config=FLAGS.config, workload=FLAGS.workload, runs=FLAGS.runs, steps=FLAGS.steps,
-                output_json=FLAGS.output_json, measure_machine=FLAGS.measure_machine)
+  results = benchmark.run(config=FLAGS.config, workload=FLAGS.workload, runs=FLAGS.runs, steps=FLAGS.steps,
+                          output_json=FLAGS.output_json, measure_machine=FLAGS.measure_machine)
+  if FLAGS.plot:
+    benchmark.plot_vocabulary_sweep(results, FLAGS.plot)
 
 
 if __name__ == '__main__':

@@ -537,6 +537,75 @@ def run(config: Optional[str] = None, workload: str = 'all', runs: int = 3, step
   return results
 
 
+def markdown_tables(results: Dict[str, Any]) -> str:
+  """Markdown tables of every workload in `results` (medians; ratio = ours / upstream at the same rows)."""
+  out = []
+  for name, result in results.get('workloads', {}).items():
+    w = result['workload']
+    out.append('**{}**: {}\n'.format(name, w.get('description', '')))
+    out.append('| line | rows | ipl | examples/sec (median) | runs | ours/upstream | steps/sec | peak RSS GB | '
+               'peak / table+slot bytes | CPU use |')
+    out.append('|---|---:|---:|---:|---|---:|---:|---:|---:|---:|')
+    ratio = {(r['rows'], r['line'], r['iterations_per_loop']): r['ours_over_upstream'] for r in result['ratios']}
+    for l in result['lines']:
+      if 'examples_per_sec' not in l:
+        out.append('| {} | {} | {} | not run: {} | | | | | | |'.format(
+            l['line'], l['rows'], l['iterations_per_loop'], l.get('error', '').splitlines()[-1][:100]))
+        continue
+      r = ratio.get((l['rows'], l['line'], l['iterations_per_loop']))
+      out.append('| {} | {:,} | {} | {:,.0f} | {} | {} | {:.1f} | {:.2f} | {:.2f} | {:.0%} |'.format(
+          l['line'], l['rows'], l['iterations_per_loop'], l['examples_per_sec'],
+          ' / '.join('{:,.0f}'.format(x) for x in l['examples_per_sec_runs']),
+          '{:.2f}x'.format(r) if r is not None else '-', l['steps_per_sec'], l['peak_rss_bytes'] / 1e9,
+          l['peak_rss_bytes'] / l['table_and_slot_bytes'], l.get('cpu_utilisation', float('nan'))))
+    for m in result.get('machine_fraction', []):
+      if m['line'] == 'upstream':
+        continue
+      out.append('')
+      out.append('- {} rows={:,} ipl={}: {:.1f}M random row accesses/s = {:.0%} of the NumPy gather rate, {:.0%} '
+                 'of the copy bandwidth'.format(m['line'], m['rows'], m['iterations_per_loop'],
+                                                m['row_accesses_per_sec'] / 1e6, m['fraction_of_gather_rate'],
+                                                m['fraction_of_copy_bandwidth']))
+    for note in result.get('notes', []):
+      out.append('- note: ' + note)
+    out.append('')
+  return '\n'.join(out)
+
+
+def plot_vocabulary_sweep(results: Dict[str, Any], path: str, workloads: Sequence[str] = ('C', 'C2')) -> bool:
+  """Plots examples/sec against rows (log x) for the sweep workloads; returns False without matplotlib/data."""
+  try:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use('Agg')
+    from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return False
+  present = [w for w in workloads if w in results.get('workloads', {})]
+  if not present:
+    return False
+  fig, axes = plt.subplots(1, len(present), figsize=(6 * len(present), 4.2), squeeze=False)
+  for ax, name in zip(axes[0], present):
+    result = results['workloads'][name]
+    by_line: Dict[str, List[tuple]] = {}
+    for l in result['lines']:
+      if 'examples_per_sec' in l:
+        by_line.setdefault(l['line'], []).append((l['rows'], l['examples_per_sec']))
+    for line, points in sorted(by_line.items()):
+      points.sort()
+      ax.plot([p[0] for p in points], [p[1] for p in points], marker='o', label=line)
+    ax.set_xscale('log')
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel('rows per table')
+    ax.set_ylabel('examples/sec (median)')
+    ax.set_title('{}: {}'.format(name, result['workload'].get('description', ''))[:70], fontsize=9)
+    ax.grid(True, which='both', alpha=0.3)
+    ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return True
+
+
 def _child_main(request_json: str) -> None:
   request = json.loads(request_json)
   w = Workload(**request['workload'])
