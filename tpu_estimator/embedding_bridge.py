@@ -279,8 +279,9 @@ class EmbeddingBridge(object):
       state = []
       for name in self.engine.tables:
         grad = grads[name] if multiplier is None else grads[name] * multiplier
-        grad = tf.debugging.check_numerics(grad, "Non-finite embedding gradient for table '{}'".format(name))
-        state += [batches[name].unique_ids, grad]
+        finite = embedding.engine.check_finite(grad, "Non-finite embedding gradient for table '{}'".format(name))
+        with tf.control_dependencies([finite]):
+          state += [batches[name].unique_ids, tf.identity(grad)]
     return state
 
   def apply_pending(self, pending: List[tf.Tensor], host_device: str) -> tf.Operation:

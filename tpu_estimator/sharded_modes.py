@@ -25,6 +25,8 @@ from tpu_estimator.spec import TPUEstimatorSpec, call_scaffold_fn
 ModeKeys = _estimator_lib.ModeKeys
 # How many preprocessed steps the embedding infeed thread may run ahead of the training loop.
 _EMBEDDING_INFEED_DEPTH = 4
+# How many steps the embedding infeed thread prepares per Session.run.
+_EMBEDDING_INFEED_STEPS_PER_RUN = 8
 # The loop-length tensor of each training graph (the stop hook is created before the graph).
 _ITERATIONS_BY_GRAPH = weakref.WeakKeyDictionary()
 
@@ -161,14 +163,33 @@ class ShardedModeBuilder(object):
       `hook` runs the enqueue op in its thread while the shards compute.
     """
     ctx = self._ctx
-    per_replica, batches = self._bridge.preprocess(pipeline.next_step(), ctx.host_device)
-    structure = (per_replica, batches)
-    flat = tf.nest.flatten(structure, expand_composites=True)
-    with tf.device(ctx.host_device):
-      queue = tf.queue.FIFOQueue(capacity=_EMBEDDING_INFEED_DEPTH, dtypes=[t.dtype for t in flat],
-                                 name='embedding_infeed')
-      hook = TensorInfeedHook(queue.enqueue(flat), queue.close(cancel_pending_enqueues=True),
-                              ctx.config.tpu_config.initial_infeed_sleep_secs)
+    built = {}
+
+    def enqueue_step(index):
+      per_replica, batches = self._bridge.preprocess(pipeline.next_step(), ctx.host_device)
+      structure = (per_replica, batches)
+      flat = tf.nest.flatten(structure, expand_composites=True)
+      if 'queue' not in built:
+        graph = tf.compat.v1.get_default_graph()
+        flow = graph._get_control_flow_context()  # pylint: disable=protected-access
+        graph._set_control_flow_context(None)  # pylint: disable=protected-access
+        try:  # The queue lives outside the enqueue loop.
+          with tf.device(ctx.host_device):
+            built['queue'] = tf.queue.FIFOQueue(capacity=_EMBEDDING_INFEED_DEPTH, dtypes=[t.dtype for t in flat],
+                                                name='embedding_infeed')
+        finally:
+          graph._set_control_flow_context(flow)  # pylint: disable=protected-access
+        built['structure'], built['flat'] = structure, flat
+      with tf.device(ctx.host_device), tf.control_dependencies([built['queue'].enqueue(flat)]):
+        return index + 1
+
+    # Each Session.run of the infeed thread prepares several steps (a per-step run would bound small models).
+    with _tf_internal.v1_control_flow():
+      enqueue_op = tf.compat.v1.while_loop(lambda index: index < _EMBEDDING_INFEED_STEPS_PER_RUN, enqueue_step,
+                                           [tf.constant(0)], parallel_iterations=1, name='embedding_infeed_loop')
+    queue, structure, flat = built['queue'], built['structure'], built['flat']
+    hook = TensorInfeedHook(enqueue_op.op, queue.close(cancel_pending_enqueues=True),
+                            ctx.config.tpu_config.initial_infeed_sleep_secs)
 
     def dequeue():
       with tf.device(ctx.host_device):
