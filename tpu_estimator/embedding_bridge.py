@@ -119,12 +119,10 @@ class EmbeddingBridge(object):
 
   # ---- host side: inputs -> activations -----------------------------------------------------------------
 
-  def _pop_inputs(self, features: Any) -> Tuple[dict, dict, dict]:
+  def _check_inputs(self, features: Any) -> None:
     if not isinstance(features, dict):
       raise ValueError('With an embedding_config_spec, input_fn must return features as a dict; got {}.'.format(
           type(features)))
-    remaining = dict(features)
-    ids, weights = {}, {}
     for feature in self._resolved.features:
       if feature.column is not None:
         missing = [k for k in _tf_internal.categorical_input_keys(feature.column.categorical_column)
@@ -132,52 +130,60 @@ class EmbeddingBridge(object):
         if missing:
           raise ValueError('Embedding feature {!r} (table {!r}) needs input features {} that input_fn did not '
                            'return.'.format(feature.key, feature.table_name, missing))
+      elif feature.key not in features:
+        raise ValueError('Embedding feature {!r} (table {!r}) is missing from the features returned by '
+                         'input_fn.'.format(feature.key, feature.table_name))
+      elif feature.weight_key and feature.weight_key not in features:
+        raise ValueError('Weights {!r} of embedding feature {!r} are missing from the features returned by '
+                         'input_fn.'.format(feature.weight_key, feature.key))
+
+  def _ids_and_weights(self, raw: dict) -> Tuple[dict, dict]:
+    """Per feature, the ids and weights (or None) of the raw embedding inputs."""
+    ids, weights = {}, {}
+    for feature in self._resolved.features:
+      if feature.column is not None:
         ids[feature.key], weights[feature.key] = _tf_internal.categorical_ids(feature.column.categorical_column,
-                                                                               features)
+                                                                               raw)
       else:
-        if feature.key not in features:
-          raise ValueError('Embedding feature {!r} (table {!r}) is missing from the features returned by '
-                           'input_fn.'.format(feature.key, feature.table_name))
-        ids[feature.key] = features[feature.key]
-        if feature.weight_key:
-          if feature.weight_key not in features:
-            raise ValueError('Weights {!r} of embedding feature {!r} are missing from the features returned by '
-                             'input_fn.'.format(feature.weight_key, feature.key))
-          weights[feature.key] = features[feature.weight_key]
-        else:
-          weights[feature.key] = None
-    for key in self._resolved.raw_keys:
-      remaining.pop(key, None)
-    return remaining, ids, weights
+        ids[feature.key] = raw[feature.key]
+        weights[feature.key] = raw[feature.weight_key] if feature.weight_key else None
+    return ids, weights
 
   def preprocess(self, per_replica: List[Tuple[Any, Any]], host_device: str):
     """Host stage (no table access): pops the embedding inputs, joins the replicas, deduplicates per table.
+
+    The raw inputs of all replicas are joined first (cheap for dense ids) and turned into ids once.
 
     Returns:
       `(per_replica, batches)`: each replica's `(features, labels)` without the embedding inputs (plus the
       sequence lengths of sequence features), and the engine batches of the global step.
     """
-    popped = [self._pop_inputs(features) for features, _ in per_replica]
+    for features, _ in per_replica:
+      self._check_inputs(features)
+    raw_keys = [k for k in self._resolved.raw_keys if k in per_replica[0][0]]
     global_ids, global_weights = collections.OrderedDict(), collections.OrderedDict()
     outputs = []
     with tf.device(host_device), tf.name_scope('tpu_embedding_inputs'):
+      raw = {key: _join_replicas([features[key] for features, _ in per_replica]) for key in raw_keys}
+      ids, weights = self._ids_and_weights(raw)
+      lengths = {}
       for feature in self._resolved.features:
         sequence = feature.max_sequence_length > 0
-        global_ids[feature.key] = _as_engine_input(_join_replicas([p[1][feature.key] for p in popped]), sequence)
-        pieces = [p[2][feature.key] for p in popped]
-        if any(w is not None for w in pieces):
-          global_weights[feature.key] = _as_engine_input(_join_replicas(pieces), sequence)
-        else:
-          global_weights[feature.key] = None
+        global_ids[feature.key] = _as_engine_input(ids[feature.key], sequence)
+        global_weights[feature.key] = (_as_engine_input(weights[feature.key], sequence)
+                                       if weights[feature.key] is not None else None)
+        if sequence:
+          global_batch = self._replica_batch_size * self._num_replicas
+          all_lengths = _sequence_lengths(global_ids[feature.key], feature.max_sequence_length, global_batch)
+          all_lengths.set_shape([global_batch])
+          lengths[feature.key] = tf.split(all_lengths, self._num_replicas) if self._num_replicas > 1 \
+              else [all_lengths]
       batches = self.engine.preprocess(global_ids, global_weights)
-      for (_, labels), (remaining, ids, _) in zip(per_replica, popped):
-        features = dict(remaining)
-        for feature in self._resolved.features:
-          if feature.max_sequence_length:
-            lengths = _sequence_lengths(ids[feature.key], feature.max_sequence_length, self._replica_batch_size)
-            lengths.set_shape([self._replica_batch_size])
-            features[feature.key + SEQUENCE_LENGTH_SUFFIX] = lengths
-        outputs.append((features, labels))
+    for replica, (features, labels) in enumerate(per_replica):
+      features = {k: v for k, v in features.items() if k not in self._resolved.raw_keys}
+      for key, pieces in lengths.items():
+        features[key + SEQUENCE_LENGTH_SUFFIX] = pieces[replica]
+      outputs.append((features, labels))
     return outputs, batches
 
   def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches, host_device: str):
