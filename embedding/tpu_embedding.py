@@ -241,8 +241,8 @@ class TPUEmbedding(tf.Module):
       feature_config: A nest of `FeatureConfig` (ours or `tf.tpu.experimental.embedding`'s).
       optimizer: Global embedding optimizer (`embedding.SGD`, `Adagrad`, `AdagradMomentum`, `Adam`, `FTRL` or
         upstream's) for tables without their own, or None (no slots; lookups only).
-      pipeline_execution_with_tensor_core: Accepted for compatibility. Steps run unpipelined: activations always
-        reflect every earlier update.
+      pipeline_execution_with_tensor_core: must be False: one-step-stale pipelining is implemented by the
+        estimator path only (ValueError otherwise).
 
     Raises:
       ValueError: unsupported optimizer, duplicate table names, bad configs.
@@ -253,6 +253,10 @@ class TPUEmbedding(tf.Module):
         self._strategy = tf.distribute.get_strategy()
         self._devices = replica_devices(self._strategy)
         self._num_replicas = int(self._strategy.num_replicas_in_sync)
+        if pipeline_execution_with_tensor_core:
+            raise ValueError(
+                "pipeline_execution_with_tensor_core=True (one-step-stale activations) is not implemented by the "
+                "TF2 mid-level API here; pass False. TPUEstimator's EmbeddingConfigSpec supports it.")
         self._pipeline_execution_with_tensor_core = bool(pipeline_execution_with_tensor_core)
         with tf.init_scope():
             self._engine = EmbeddingEngine(

@@ -54,7 +54,7 @@ class TPUEmbeddingV2(tf.Module):
     Args:
       feature_config: A nest of `FeatureConfig` (ours or upstream's).
       optimizer: Global embedding optimizer for tables without their own, or None (lookups only).
-      pipeline_execution_with_tensor_core: Accepted for compatibility; steps run unpipelined.
+      pipeline_execution_with_tensor_core: must be False (ValueError otherwise); see `TPUEmbedding`.
 
     Raises:
       ValueError: unsupported optimizer, duplicate table names, bad configs.
@@ -65,6 +65,10 @@ class TPUEmbeddingV2(tf.Module):
         self._strategy = tf.distribute.get_strategy()
         self._devices = mid_level.replica_devices(self._strategy)
         self._num_replicas = int(self._strategy.num_replicas_in_sync)
+        if pipeline_execution_with_tensor_core:
+            raise ValueError(
+                "pipeline_execution_with_tensor_core=True (one-step-stale activations) is not implemented by the "
+                "TF2 mid-level API here; pass False. TPUEstimator's EmbeddingConfigSpec supports it.")
         self._pipelining = bool(pipeline_execution_with_tensor_core)
         with tf.init_scope():
             self._engine = EmbeddingEngine(

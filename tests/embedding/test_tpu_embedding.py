@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import embedding
 from embedding import config
 from embedding import optimizers
 from embedding.tpu_embedding import TPUEmbedding
@@ -621,3 +622,11 @@ def test_callable_learning_rate_is_read_every_step():
     step(iterator, tf.constant(1))
     assert_state_close(engine_state(embedding.engine), before, tol=0)
     assert_state_close(before, reference_training("sgd", {}, 0.1, num_steps=1))
+
+
+def test_pipelining_is_rejected_clearly():
+  table = embedding.TableConfig(8, 2, name='t')
+  features = {'f': embedding.FeatureConfig(table)}
+  for cls in (embedding.TPUEmbedding, embedding.TPUEmbeddingV2):
+    with pytest.raises(ValueError, match='pipeline_execution_with_tensor_core=True'):
+      cls(features, embedding.SGD(0.1), pipeline_execution_with_tensor_core=True)
