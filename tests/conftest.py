@@ -1,4 +1,8 @@
-"""Test-wide settings: quiet TensorFlow logs."""
+"""Test-wide settings: quiet TensorFlow logs; 4 logical CPU devices for the eager multi-device tests."""
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from tests import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+devices.logical_cpus()

@@ -8,19 +8,11 @@ from embedding import checkpointing
 from embedding import config
 from embedding import optimizers
 from embedding.sharded_table import ShardLayout, ShardedTable
+from tests.devices import logical_cpus
 from tests.embedding import numpy_reference as ref
 
 
-def _logical_cpus(n=4):
-    cpus = tf.config.list_physical_devices("CPU")
-    try:
-        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
-    except RuntimeError:
-        pass  # Context already initialised by another test module: use the devices that exist.
-    return [d.name for d in tf.config.list_logical_devices("CPU")]
-
-
-CPUS = _logical_cpus()
+CPUS = logical_cpus()
 GRAPH_CPUS = [f"/cpu:{k}" for k in range(4)]
 VOCAB, DIM = 11, 3
 

@@ -17,17 +17,8 @@ import embedding
 from embedding import config
 from embedding import optimizers
 from embedding.tpu_embedding import TPUEmbedding
+from tests.devices import logical_cpus
 from tests.embedding import numpy_reference as ref
-
-
-def logical_cpus(n=4):
-    """Configures n logical CPUs (if TF is not initialised yet) and returns the CPU device names."""
-    cpus = tf.config.list_physical_devices("CPU")
-    try:
-        tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
-    except RuntimeError:
-        pass  # Context already initialised by another test module: use the devices that exist.
-    return [d.name for d in tf.config.list_logical_devices("CPU")]
 
 
 CPUS = logical_cpus()
