@@ -123,3 +123,13 @@ def lazy_table_step(kind: str, table: Dict[str, np.ndarray], ids: np.ndarray, gr
   for k in out:
     out[k][rows] = updated[k]
   return out
+
+
+def combiner_scale(weights, combiner: str) -> float:
+  """The factor a combiner applies to sum(w * row) over one output row (SEMANTICS.md 9)."""
+  w = np.asarray(weights, np.float64)
+  if combiner == 'sum':
+    return 1.0
+  if combiner == 'mean':
+    return 1.0 / w.sum()
+  return 1.0 / np.sqrt((w ** 2).sum())

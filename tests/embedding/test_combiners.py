@@ -1,6 +1,5 @@
 """Tests of embedding/combiners.py: combine/backprop against NumPy formulas, tf.GradientTape and upstream."""
 import dataclasses
-from typing import Any, List, Optional
 
 import numpy as np
 import pytest
@@ -8,24 +7,7 @@ import tensorflow as tf
 
 from embedding import combiners
 from embedding import preprocessing
-
-
-@dataclasses.dataclass(eq=False)
-class Table:
-  vocabulary_size: int
-  dim: int
-  combiner: str = 'mean'
-  name: Optional[str] = None
-  quantization_config: Any = None
-
-
-@dataclasses.dataclass(eq=False)
-class Feature:
-  table: Table
-  max_sequence_length: int = 0
-  validate_weights_and_indices: bool = True
-  output_shape: Optional[List[int]] = None
-  name: Optional[str] = None
+from tests.embedding.duck_configs import Feature, Table
 
 
 @dataclasses.dataclass

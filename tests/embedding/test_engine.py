@@ -78,15 +78,6 @@ def _tf_inputs(batch):
 
 
 # ------------------------------------------------------------------------------------------ NumPy reference
-def _scale(weights, combiner):
-    w = np.asarray(weights, np.float64)
-    if combiner == "sum":
-        return 1.0
-    if combiner == "mean":
-        return 1.0 / w.sum()
-    return 1.0 / np.sqrt((w ** 2).sum())
-
-
 def reference_training(kind, kwargs, lr, combiner_a="mean", lazy=True, zero_features=(), multiplier=1.0,
                        steps=BATCHES):
     combiners = {"A": combiner_a, "B": "sum"}
@@ -100,14 +91,14 @@ def reference_training(kind, kwargs, lr, combiner_a="mean", lazy=True, zero_feat
             act = np.zeros((BATCH_SIZE, DIM[t]))
             for b, (ids, weights) in enumerate(samples):
                 if ids:
-                    act[b] = _scale(weights, combiners[t]) * sum(w * params[i] for i, w in zip(ids, weights))
+                    act[b] = ref.combiner_scale(weights, combiners[t]) * sum(w * params[i] for i, w in zip(ids, weights))
             if feature in zero_features:
                 continue
             grad = _target(feature) + act
             for b, (ids, weights) in enumerate(samples):
                 for i, w in zip(ids, weights):
                     occurrences[t][0].append(i)
-                    occurrences[t][1].append(multiplier * w * _scale(weights, combiners[t]) * grad[b])
+                    occurrences[t][1].append(multiplier * w * ref.combiner_scale(weights, combiners[t]) * grad[b])
         for t in VOCAB:  # Apply after every activation of the step was computed.
             ids, grads = occurrences[t]
             if not ids:

@@ -1,7 +1,5 @@
 """Tests of embedding/preprocessing.py against a pure-NumPy reference, in eager, tf.function and TF1 graphs."""
 import collections
-import dataclasses
-from typing import Any, List, Optional
 
 import hypothesis
 from hypothesis import strategies as st
@@ -11,27 +9,10 @@ import tensorflow as tf
 
 from embedding import combiners
 from embedding import preprocessing as pp
+from tests.embedding.duck_configs import Feature, Table
 
 SETTINGS = hypothesis.settings(max_examples=30, deadline=None,
                                suppress_health_check=[hypothesis.HealthCheck.too_slow])
-
-
-@dataclasses.dataclass(eq=False)
-class Table:
-  vocabulary_size: int
-  dim: int = 2
-  combiner: str = 'mean'
-  name: Optional[str] = None
-  quantization_config: Any = None
-
-
-@dataclasses.dataclass(eq=False)
-class Feature:
-  table: Table
-  max_sequence_length: int = 0
-  validate_weights_and_indices: bool = True
-  output_shape: Optional[List[int]] = None
-  name: Optional[str] = None
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -121,15 +121,6 @@ def _samples(feature, b):
     return [CAT[b]], [1.0]
 
 
-def _scale(weights, combiner):
-    w = np.asarray(weights, np.float64)
-    if combiner == "sum":
-        return 1.0
-    if combiner == "mean":
-        return 1.0 / w.sum()
-    return 1.0 / np.sqrt((w ** 2).sum())
-
-
 def reference_activations(params, start, stop, combiner_a="mean"):
     """`{feature: [stop - start, dim]}` from `params = {table: [V, D]}`."""
     combiners = {"A": combiner_a, "B": "sum"}
@@ -139,7 +130,7 @@ def reference_activations(params, start, stop, combiner_a="mean"):
         for b in range(start, stop):
             ids, weights = _samples(feature, b)
             if ids:
-                act[b - start] = _scale(weights, combiners[t]) * sum(w * params[t][i] for i, w in zip(ids, weights))
+                act[b - start] = ref.combiner_scale(weights, combiners[t]) * sum(w * params[t][i] for i, w in zip(ids, weights))
         out[feature] = act
     return out
 
@@ -158,7 +149,7 @@ def reference_training(kind, kwargs, lr, num_steps=NUM_STEPS, combiner_a="mean")
                 ids, weights = _samples(feature, b)
                 for i, w in zip(ids, weights):
                     occurrences[t][0].append(i)
-                    occurrences[t][1].append(w * _scale(weights, combiners[t]) * grad[b - start])
+                    occurrences[t][1].append(w * ref.combiner_scale(weights, combiners[t]) * grad[b - start])
         for t in VOCAB:
             ids, grads = occurrences[t]
             state[t] = ref.lazy_table_step(kind, state[t], np.array(ids), np.array(grads), lr, **kwargs)
