@@ -217,39 +217,60 @@ class EmbeddingEngine(tf.Module):
         Raises:
           ValueError: a table has no optimizer (naming it), or gradient structure/shape mismatch.
         """
-        missing = [name for name, t in self._tables.items() if t.optimizer is None]
-        if missing:
-            raise ValueError(f"Cannot train embedding tables {missing}: they have no optimizer. Give the "
-                             f"TableConfig an optimizer or pass a global optimizer.")
         with tf.name_scope("embedding_apply_gradients"):
             grads = self.table_gradients(batches, activation_grads)
             if gradient_multiplier is not None:
                 multiplier = tf.cast(gradient_multiplier, tf.float32)
                 grads = collections.OrderedDict((n, g * multiplier) for n, g in grads.items())
-            # Every table update waits for every check (id validation travels with unique_ids), so a bad
-            # input for one table leaves all tables unchanged.
-            gates: List[Any] = [self._batch(batches, n).unique_ids for n in self._tables]
-            if check_numerics:
-                for name, g in grads.items():
-                    features = ", ".join(repr(k) for k in self._features_of_table[name])
-                    gates.append(check_finite(g, f"Non-finite embedding gradient for table '{name}' "
-                                                 f"(features {features})"))
-            gates.extend(grads.values())
-            ops = []
-            learning_rates: Dict[int, Any] = {}  # A callable learning rate is evaluated once per optimizer.
-            with tf.control_dependencies(gates if not tf.executing_eagerly() else None):
-                for name, table in self._tables.items():
-                    batch = self._batch(batches, name)
-                    lr = learning_rate_override
-                    if lr is None:
-                        opt = table.optimizer
-                        if id(opt) not in learning_rates:
-                            learning_rates[id(opt)] = opt.learning_rate_tensor()
-                        lr = learning_rates[id(opt)]
-                    ops.append(table.apply_gradients(batch.unique_ids, grads[name], lr, sorted_ids=True))
-            if tf.executing_eagerly():
-                return None
-            return tf.group(*[op for op in ops if op is not None])
+            unique_ids = collections.OrderedDict((n, self._batch(batches, n).unique_ids) for n in self._tables)
+            return self.apply_table_gradients(unique_ids, grads, learning_rate_override, check_numerics)
+
+    def apply_table_gradients(self, unique_ids: Mapping[str, Any], grads: Mapping[str, Any],
+                              learning_rate_override: Any = None, check_numerics: bool = True,
+                              sorted_ids: bool = True) -> Optional[tf.Operation]:
+        """Applies per-table gradients already accumulated per unique id: ONE application per table.
+
+        Args:
+          unique_ids: `{table_name: sorted unique ids [U]}` (as `preprocess` gives them).
+          grads: `{table_name: [U, dim]}` gradients of those ids.
+          learning_rate_override: Scalar used for every table instead of the optimizers' learning rates.
+          check_numerics: Raise InvalidArgumentError naming the table on NaN/Inf gradients, before any update.
+          sorted_ids: Whether each table's ids are sorted ascending (as `preprocess` gives them; enables the
+            cheaper shard split).
+
+        Returns:
+          The update op in graph mode; None eagerly (the update has run).
+
+        Raises:
+          ValueError: a table has no optimizer (naming it).
+        """
+        missing = [name for name, t in self._tables.items() if t.optimizer is None]
+        if missing:
+            raise ValueError(f"Cannot train embedding tables {missing}: they have no optimizer. Give the "
+                             f"TableConfig an optimizer or pass a global optimizer.")
+        # Every table update waits for every check (id validation travels with unique_ids), so a bad
+        # input for one table leaves all tables unchanged.
+        gates: List[Any] = [unique_ids[n] for n in self._tables]
+        if check_numerics:
+            for name in self._tables:
+                features = ", ".join(repr(k) for k in self._features_of_table[name])
+                gates.append(check_finite(grads[name], f"Non-finite embedding gradient for table '{name}' "
+                                                       f"(features {features})"))
+        gates.extend(grads[n] for n in self._tables)
+        ops = []
+        learning_rates: Dict[int, Any] = {}  # A callable learning rate is evaluated once per optimizer.
+        with tf.control_dependencies(gates if not tf.executing_eagerly() else None):
+            for name, table in self._tables.items():
+                lr = learning_rate_override
+                if lr is None:
+                    opt = table.optimizer
+                    if id(opt) not in learning_rates:
+                        learning_rates[id(opt)] = opt.learning_rate_tensor()
+                    lr = learning_rates[id(opt)]
+                ops.append(table.apply_gradients(unique_ids[name], grads[name], lr, sorted_ids=sorted_ids))
+        if tf.executing_eagerly():
+            return None
+        return tf.group(*[op for op in ops if op is not None])
 
     # ------------------------------------------------------------------------------------------- helpers
     def _batch(self, batches: Mapping[str, Any], name: str) -> Any:

@@ -162,32 +162,6 @@ def global_table_gradient(per_replica_grads: Sequence[tf.Tensor], remaps: Sequen
                                         tf.size(unique_ids, out_type=tf.int32))
 
 
-def apply_table_gradients(engine: EmbeddingEngine, unique_ids: Dict[str, tf.Tensor],
-                          grads: Dict[str, tf.Tensor], features_of_table: Dict[str, List[str]]) -> None:
-    """One optimizer application per table on its global unique ids (checks first, then all updates).
-
-    Non-finite gradients raise InvalidArgumentError naming the table before any table changes.
-    """
-    missing = [name for name, t in engine.tables.items() if t.optimizer is None]
-    if missing:
-        raise ValueError(f"Cannot train embedding tables {missing}: they have no optimizer. Give the TableConfig "
-                         f"an optimizer or pass a global optimizer.")
-    gates: List[Any] = list(unique_ids.values())
-    checked = {}
-    for name, g in grads.items():
-        features = ", ".join(repr(k) for k in features_of_table[name])
-        checked[name] = tf.debugging.check_numerics(
-            g, f"Non-finite embedding gradient for table '{name}' (features {features})")
-    gates.extend(checked.values())
-    learning_rates: Dict[int, Any] = {}  # A callable learning rate is evaluated once per optimizer and step.
-    with tf.control_dependencies(None if tf.executing_eagerly() else gates):
-        for name, table in engine.tables.items():
-            opt = table.optimizer
-            if id(opt) not in learning_rates:
-                learning_rates[id(opt)] = opt.learning_rate_tensor()
-            table.apply_gradients(unique_ids[name], checked[name], learning_rates[id(opt)])
-
-
 def features_by_table(engine: EmbeddingEngine) -> "collections.OrderedDict[str, List[str]]":
     """`{table_name: [feature keys]}` in flatten order."""
     out = collections.OrderedDict((name, []) for name in engine.tables)
@@ -561,7 +535,7 @@ class TPUEmbedding(tf.Module):
                 table_grads[name].append(g)
         grads = {name: global_table_gradient(table_grads[name], step.remaps[name], step.unique_ids[name])
                  for name in self._engine.tables}
-        apply_table_gradients(self._engine, step.unique_ids, grads, self._features_of_table)
+        self._engine.apply_table_gradients(step.unique_ids, grads, sorted_ids=False)
         step.applied = True
 
     # ------------------------------------------------------------------------------------------- checkpoints

@@ -284,7 +284,7 @@ class TPUEmbeddingV2(tf.Module):
             ids, index = tf.unique(all_tokens, out_idx=tf.int32)
             unique_ids[name] = ids
             grads[name] = tf.math.unsorted_segment_sum(all_contributions, index, tf.size(ids, out_type=tf.int32))
-        mid_level.apply_table_gradients(self._engine, unique_ids, grads, self._features_of_table)
+        self._engine.apply_table_gradients(unique_ids, grads, sorted_ids=False)
 
     # ------------------------------------------------------------------------------------------- checkpoints
     def _trackable_children(self, save_type="checkpoint", **kwargs):

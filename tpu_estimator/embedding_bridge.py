@@ -278,28 +278,20 @@ class EmbeddingBridge(object):
     return shapes
 
   def step_pending(self, batches, host_device: str) -> List[tf.Tensor]:
-    """This step's update, held back: per table its unique ids and accumulated, checked gradients."""
+    """This step's update, held back: per table its unique ids and accumulated gradients."""
     with tf.device(host_device), tf.name_scope('tpu_embedding_gradients'):
       grads = self.engine.table_gradients(batches, self._activation_gradients())
       multiplier = self._gradient_multiplier()
       state = []
       for name in self.engine.tables:
-        grad = grads[name] if multiplier is None else grads[name] * multiplier
-        finite = embedding.engine.check_finite(grad, "Non-finite embedding gradient for table '{}'".format(name))
-        with tf.control_dependencies([finite]):
-          state += [batches[name].unique_ids, tf.identity(grad)]
+        state += [batches[name].unique_ids, grads[name] if multiplier is None else grads[name] * multiplier]
     return state
 
   def apply_pending(self, pending: List[tf.Tensor], host_device: str) -> tf.Operation:
-    """Applies a held-back update (one optimizer application per table)."""
-    ops = []
+    """Applies a held-back update (checked, one optimizer application per table)."""
+    names = list(self.engine.tables)
     with tf.device(host_device), tf.name_scope('tpu_embedding_pipelined_update'):
-      for index, table in enumerate(self.engine.tables.values()):
-        ids, grads = pending[2 * index], pending[2 * index + 1]
-        op = table.apply_gradients(ids, grads, table.optimizer.learning_rate_tensor())
-        if op is not None:
-          ops.append(op)
-    return tf.group(*ops)
+      return self.engine.apply_table_gradients(dict(zip(names, pending[0::2])), dict(zip(names, pending[1::2])))
 
   # ---- checkpoint layout -----------------------------------------------------------------------------------
 
