@@ -180,20 +180,20 @@ class EmbeddingEngine(tf.Module):
         out = collections.OrderedDict()
         for name, table in self._tables.items():
             batch = self._batch(batches, name)
-            total = None
+            table_grads = {}
             for key in self._features_of_table[name]:
                 grad = flat[key]
                 if grad is None:
                     continue
-                segments = batch.features[key]
                 grad = tf.convert_to_tensor(grad, dtype=tf.float32)
-                expected = segments.static_output_shape.concatenate([table.dim])
+                expected = batch.features[key].static_output_shape.concatenate([table.dim])
                 if not grad.shape.is_compatible_with(expected):
                     raise ValueError(f"Found gradient of shape {grad.shape} at path {key}. Expected shape "
                                      f"{expected}.")
-                contribution = combiners.backprop(grad, segments, batch.num_unique)
-                total = contribution if total is None else total + contribution
-            if total is None:
+                table_grads[key] = grad
+            if table_grads:
+                total = combiners.backprop_table(table_grads, batch)
+            else:
                 total = tf.zeros(tf.stack([batch.num_unique, table.dim]), tf.float32)
             out[name] = total
         return out
