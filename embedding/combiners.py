@@ -57,9 +57,19 @@ def _entries_matrix(segment_ids: tf.Tensor, unique_index: tf.Tensor, gains: tf.T
   return tf.SparseTensor(indices, tf.cast(gains, tf.float32), shape)
 
 
+def _feature_matrix(segments: Any, num_unique: Any) -> tf.SparseTensor:
+  """The combine matrix of one feature; `num_unique` is only evaluated when the plan has no precomputed one."""
+  if getattr(segments, 'matrix_indices', None) is not None:
+    return tf.SparseTensor(segments.matrix_indices, tf.cast(segments.gains, tf.float32), segments.matrix_shape)
+  return _entries_matrix(segments.segment_ids, segments.unique_index, segments.gains, segments.num_segments,
+                         num_unique() if callable(num_unique) else num_unique)
+
+
 def _flat_grads(activation_grads: Any) -> tf.Tensor:
   grads = tf.convert_to_tensor(activation_grads, dtype=tf.float32)
   dim = _dim(grads)
+  if grads.shape.rank == 2 and isinstance(dim, int):
+    return grads
   return tf.reshape(grads, [-1, dim] if isinstance(dim, int) else tf.stack([-1, dim]))
 
 
@@ -80,9 +90,11 @@ def combine(rows: tf.Tensor, segments: Any, quantization_config: Any = None) -> 
   if quantization_config is not None:
     rows = quantize(rows, quantization_config)
   dim = _dim(rows)
-  matrix = _entries_matrix(segments.segment_ids, segments.unique_index, segments.gains, segments.num_segments,
-                           tf.shape(rows, out_type=tf.int64)[0])
-  summed = tf.sparse.sparse_dense_matmul(matrix, rows)
+  summed = tf.sparse.sparse_dense_matmul(_feature_matrix(segments, lambda: tf.shape(rows, out_type=tf.int64)[0]),
+                                         rows)
+  if len(segments.output_shape) == 1 and isinstance(segments.output_shape[0], int) and isinstance(dim, int):
+    summed.set_shape([segments.output_shape[0], dim])  # Already the activation shape.
+    return summed
   return tf.reshape(summed, list(segments.output_shape) + [dim])
 
 
@@ -99,9 +111,8 @@ def backprop(activation_grads: tf.Tensor, segments: Any,
   Returns:
     `[U, dim]` gradient; add the results of all features sharing the table to get the table's gradient.
   """
-  matrix = _entries_matrix(segments.segment_ids, segments.unique_index, segments.gains, segments.num_segments,
-                           num_unique)
-  return tf.sparse.sparse_dense_matmul(matrix, _flat_grads(activation_grads), adjoint_a=True)
+  return tf.sparse.sparse_dense_matmul(_feature_matrix(segments, num_unique), _flat_grads(activation_grads),
+                                       adjoint_a=True)
 
 
 @_do_not_convert
@@ -119,22 +130,21 @@ def backprop_table(activation_grads: Mapping[str, Optional[tf.Tensor]], batch: A
   Returns:
     `[U, dim]` gradient of the table's unique rows (`dim` taken from the gradients; `[U, 0]` when none given).
   """
+  given = [(key, segments) for key, segments in batch.features.items() if activation_grads.get(key) is not None]
+  if not given:
+    return tf.zeros(tf.stack([batch.num_unique, 0]), tf.float32)
+  if len(given) == 1:
+    key, segments = given[0]
+    return tf.sparse.sparse_dense_matmul(_feature_matrix(segments, batch.num_unique),
+                                         _flat_grads(activation_grads[key]), adjoint_a=True)
   flats, segment_ids, unique_index, gains = [], [], [], []
   offset = tf.constant(0, tf.int32)
-  for key, segments in batch.features.items():
-    grads = activation_grads.get(key)
-    if grads is None:
-      continue
-    flats.append(_flat_grads(grads))
+  for key, segments in given:
+    flats.append(_flat_grads(activation_grads[key]))
     segment_ids.append(segments.segment_ids + offset)
     unique_index.append(segments.unique_index)
     gains.append(segments.gains)
     offset = offset + tf.cast(segments.num_segments, tf.int32)
-  if not flats:
-    return tf.zeros(tf.stack([batch.num_unique, 0]), tf.float32)
-  if len(flats) == 1:
-    matrix = _entries_matrix(segment_ids[0], unique_index[0], gains[0], offset, batch.num_unique)
-    return tf.sparse.sparse_dense_matmul(matrix, flats[0], adjoint_a=True)
   matrix = _entries_matrix(tf.concat(segment_ids, 0), tf.concat(unique_index, 0), tf.concat(gains, 0), offset,
                            batch.num_unique)
   return tf.sparse.sparse_dense_matmul(matrix, tf.concat(flats, 0), adjoint_a=True)

@@ -456,3 +456,38 @@ def test_table_batches_flatten_and_pack_with_tf_nest():
       assert [int(d) for d in other.output_shape] == seg.output_shape
   seg = graph['t2'].features['b']
   assert seg.is_sequence and seg.sorted_segments and int(seg.output_shape[0]) == 2 and seg.output_shape[1] == 2
+
+
+# ------------------------------------------------------------------------------------------------------
+# Deduplication: the TensorFlow path (few ids) and the host NumPy path (many or unknown) agree with np.unique.
+
+
+@pytest.mark.parametrize('ids', [
+    np.array([], np.int64),
+    np.array([7], np.int64),
+    np.array([5, 3, 5, 9, 3, 3, 0], np.int64),
+    np.random.default_rng(1).integers(0, 50_000, 9000),
+    np.array([2**62, 5, -3, 2**62, 5, -(2**62)], np.int64),  # Span too wide to pack: the argsort fallback.
+])
+def test_sorted_unique_both_paths_match_numpy(ids):
+  expected_unique, expected_index = np.unique(ids, return_inverse=True)
+  for bound in (0, None):  # A small static bound selects TensorFlow ops; None (unknown) the host sort.
+    ((unique, index),) = pp._sorted_unique([tf.constant(ids, tf.int64)], [bound])
+    np.testing.assert_array_equal(unique.numpy(), expected_unique)
+    np.testing.assert_array_equal(index.numpy(), expected_index.reshape(-1))
+    assert index.dtype == tf.int32 and unique.dtype == tf.int64
+
+
+def test_sorted_unique_host_path_in_tf1_while_loop():
+  rng = np.random.default_rng(2)
+  batches = rng.integers(0, 1000, (3, 5000))
+  with tf.Graph().as_default():
+    data = tf.constant(batches)
+
+    def body(i, acc):
+      ((unique, index),) = pp._sorted_unique([data[i]])  # 5000 static ids: above the host threshold.
+      return i + 1, acc + tf.reduce_sum(tf.gather(unique, index))
+
+    _, total = tf.compat.v1.while_loop(lambda i, _: i < 3, body, [tf.constant(0), tf.constant(0, tf.int64)])
+    with tf.compat.v1.Session() as sess:
+      assert sess.run(total) == batches.sum()
