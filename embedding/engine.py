@@ -16,7 +16,7 @@ The engine is independent of estimators and works eagerly, in `tf.function` and 
 """
 
 import collections
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -27,23 +27,28 @@ from embedding import preprocessing
 from embedding.sharded_table import ShardedTable
 
 
-def check_finite(values: tf.Tensor, message: str) -> tf.Tensor:
-    """Raises InvalidArgumentError (`message` + ": Tensor had NaN values") if `values` has a NaN or Inf.
+def check_finite(values: Union[tf.Tensor, Sequence[tf.Tensor]], message: str) -> tf.Tensor:
+    """Raises InvalidArgumentError (`message` + ": Tensor had NaN values") if `values` have a NaN or Inf.
 
     Exact and several times cheaper than `tf.debugging.check_numerics` on the whole tensor (measured 7x on
     26 x [18000, 64]): `sum(values * 0)` is 0 when every value is finite and NaN otherwise (NaN * 0 and Inf * 0
     are NaN; no overflow is possible), so only a scalar is checked. The zero is a `placeholder_with_default`
     in graphs so that Grappler cannot fold `x * 0` to 0.
 
+    Args:
+      values: a float tensor or a list of them (checked together: one scalar, one check).
+      message: the error's prefix.
+
     Returns:
       The checked scalar (a gate for control dependencies in graph mode).
     """
-    values = tf.convert_to_tensor(values)
+    values = [tf.convert_to_tensor(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
     if tf.executing_eagerly():
-        zero = tf.zeros([], values.dtype)
+        zero = tf.zeros([], tf.float32)
     else:
-        zero = tf.compat.v1.placeholder_with_default(tf.zeros([], values.dtype), [], name="check_finite_zero")
-    return tf.debugging.check_numerics(tf.reduce_sum(values * zero), message)
+        zero = tf.compat.v1.placeholder_with_default(tf.zeros([], tf.float32), [], name="check_finite_zero")
+    sums = [tf.reduce_sum(tf.cast(v, tf.float32) * zero) for v in values]
+    return tf.debugging.check_numerics(sums[0] if len(sums) == 1 else tf.add_n(sums), message)
 
 
 class EmbeddingEngine(tf.Module):
@@ -218,12 +223,36 @@ class EmbeddingEngine(tf.Module):
           ValueError: a table has no optimizer (naming it), or gradient structure/shape mismatch.
         """
         with tf.name_scope("embedding_apply_gradients"):
+            multiplier = None if gradient_multiplier is None else tf.cast(gradient_multiplier, tf.float32)
+            checks = self._check_activation_gradients(batches, activation_grads, multiplier) \
+                if check_numerics else []
             grads = self.table_gradients(batches, activation_grads)
-            if gradient_multiplier is not None:
-                multiplier = tf.cast(gradient_multiplier, tf.float32)
+            if multiplier is not None:
                 grads = collections.OrderedDict((n, g * multiplier) for n, g in grads.items())
             unique_ids = collections.OrderedDict((n, self._batch(batches, n).unique_ids) for n in self._tables)
-            return self.apply_table_gradients(unique_ids, grads, learning_rate_override, check_numerics)
+            with tf.control_dependencies(checks if not tf.executing_eagerly() else None):
+                return self.apply_table_gradients(unique_ids, grads, learning_rate_override, check_numerics=False)
+
+    def _check_activation_gradients(self, batches: Mapping[str, Any], activation_grads: Any,
+                                    multiplier: Optional[tf.Tensor]) -> List[tf.Tensor]:
+        """Per table, one finiteness check of what its gradient is made of: the activation gradients of its
+        features, their combine gains and the multiplier. A table gradient is a gain-weighted sum of activation
+        gradient rows, so this catches every NaN/Inf input at 1/ids-per-example of the cost of checking the
+        `[U, dim]` table gradient (10x less data in workload B)."""
+        flat = self._flatten_grads(activation_grads)
+        checks = []
+        for name in self._tables:
+            batch = self._batch(batches, name)
+            keys = [k for k in self._features_of_table[name] if flat[k] is not None]
+            values = [flat[k] for k in keys] + [batch.features[k].gains for k in keys]
+            if multiplier is not None:
+                values.append(multiplier)
+            if not values:
+                continue
+            features = ", ".join(repr(k) for k in self._features_of_table[name])
+            checks.append(check_finite(values, f"Non-finite embedding gradient for table '{name}' "
+                                               f"(features {features})"))
+        return checks
 
     def apply_table_gradients(self, unique_ids: Mapping[str, Any], grads: Mapping[str, Any],
                               learning_rate_override: Any = None, check_numerics: bool = True,
