@@ -3,10 +3,14 @@
   python scripts/benchmark.py --workload=all --runs=3 --output_json=/tmp/bench.json
   python scripts/benchmark.py --config=configs/bench/A_dlrm.yaml --runs=3 --steps=200
 """
-from absl import app
-from absl import flags
+import os
 
-from tpu_estimator import benchmark
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # Quiet TensorFlow's C++ start-up logs (before importing it).
+
+from absl import app  # pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags  # pylint: disable=wrong-import-position
+
+from tpu_estimator import benchmark  # pylint: disable=wrong-import-position
 
 flags.DEFINE_string('config', None, 'One workload YAML (configs/bench/<workload>.yaml); overrides --workload.')
 flags.DEFINE_string('workload', 'all', 'A, B, C, D, M or all (configs/bench/<letter>_*.yaml).')

@@ -5,9 +5,12 @@ warm-up (median of --runs) and the ratio XLA/plain.
 
   python scripts/benchmark_xla.py --num_shards=2 --batch=512 --steps=200 --runs=3
 """
+import os
 import statistics
 import tempfile
 import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # Quiet TensorFlow's C++ start-up logs (before importing it).
 
 from absl import app
 from absl import flags

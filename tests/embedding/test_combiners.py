@@ -275,3 +275,18 @@ def test_sorted_and_unsorted_segment_paths_agree():
   assert fast.shape == slow.shape == (5, DIM)
   np.testing.assert_allclose(fast.numpy(), slow.numpy(), rtol=1e-6)
   np.testing.assert_array_equal(fast.numpy()[4], 0.0)
+
+
+@pytest.mark.parametrize('combiner', ['sum', 'mean', 'sqrtn'])
+def test_plan_without_precomputed_matrix_gives_the_same_results(combiner):
+  out, tb = lookup(Feature(Table(VOCAB, DIM, combiner)), tf.ragged.constant(IDS, tf.int64),
+                   tf.ragged.constant(WEIGHTS, tf.float32, ragged_rank=1))
+  seg = tb.features['f']
+  assert seg.matrix_indices is not None and seg.matrix_indices.dtype == tf.int64
+  bare = dataclasses.replace(seg, matrix_indices=None, matrix_shape=None)
+  rows = tf.gather(TABLE, tb.unique_ids)
+  np.testing.assert_allclose(combiners.combine(rows, bare).numpy(), out.numpy(), rtol=1e-6)
+  np.testing.assert_allclose(out.numpy(), np_combine(IDS, WEIGHTS, combiner), rtol=1e-5, atol=1e-6)
+  grads = tf.constant(RNG.normal(size=out.shape).astype(np.float32))
+  np.testing.assert_allclose(combiners.backprop(grads, bare, tb.num_unique).numpy(),
+                             combiners.backprop(grads, seg, tb.num_unique).numpy(), rtol=1e-6)
