@@ -245,6 +245,7 @@ def test_export_serves_predict_with_plain_lookups(tmp_path, partition_strategy):
     meta = tf.compat.v1.saved_model.loader.load(session, ['serve'], export_dir)
     ops = {op.type for op in session.graph.get_operations()}
     assert not any('TPU' in t for t in ops)
+    assert not any('PyFunc' in t for t in ops)  # No Python callbacks (training's host dedup): any runtime serves.
     signature = meta.signature_def['serving_default']
     rows, cols = np.meshgrid(np.arange(8), np.arange(3), indexing='ij')
     a_info = signature.inputs['a']
