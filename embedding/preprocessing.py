@@ -25,8 +25,9 @@ Input rules follow upstream's `TPUEmbedding.enqueue` (see SEMANTICS.md 10):
   to float32), non-negative. A weight of a sequence entry is its gain.
 
 Everything is vectorised (no Python loop over data, no work proportional to the vocabulary): TensorFlow ops,
-except the per-table dedup sort of a step, which is one NumPy host call (see `_sorted_unique`). It runs eagerly, inside `tf.function`, in TF1 graphs and inside `tf.compat.v1.while_loop` bodies. `TableBatch` and
-`FeatureSegments` support `tf.nest` (flatten to tensors, pack back), e.g. to pass them through queues.
+except the per-table dedup sort of a step with many ids, which is one NumPy host call (see `_sorted_unique`).
+It runs eagerly, inside `tf.function`, in TF1 graphs and inside `tf.compat.v1.while_loop` bodies. `TableBatch`
+and `FeatureSegments` support `tf.nest` (flatten to tensors, pack back), e.g. to pass them through queues.
 
 Choices where upstream is silent or differs:
 
