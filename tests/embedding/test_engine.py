@@ -249,25 +249,28 @@ def test_non_finite_gradient_is_an_error_before_any_update():
     assert_state_close(engine_state(engine), before, tol=0)
 
 
-@pytest.mark.parametrize("poison", ["activation_grad", "multiplier"])
+@pytest.mark.parametrize("poison", ["activation_grad", "multiplier", "weight"])
 def test_non_finite_gradient_input_is_an_error_in_graphs_before_any_update(poison):
     with tf.Graph().as_default():
         engine = EmbeddingEngine(_feature_config(), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
         features, weights = _tf_inputs(BATCHES[0])
+        if poison == "weight":  # An Inf weight passes validation (>= 0) and makes the mean combiner's gains NaN.
+            weights["user"] = tf.ragged.constant([[1.0, np.inf, 0.5], [3.0], []], tf.float32, ragged_rank=1)
         batches = engine.preprocess(features, weights)
         acts = engine.activations(batches)
         grads = {f: tf.ones_like(a) for f, a in acts.items()}
         multiplier = None
         if poison == "activation_grad":
             grads["cat"] = grads["cat"] * np.nan
-        else:
+        elif poison == "multiplier":
             multiplier = tf.constant(np.inf, tf.float32)
         update = engine.apply_gradients(batches, grads, gradient_multiplier=multiplier)
         tables = {name: t.read_full_table() for name, t in engine.tables.items()}
         with tf.compat.v1.Session() as sess:
             sess.run(engine.initializer)
             before = sess.run(tables)
-            expected = "table 'B'" if poison == "activation_grad" else "Non-finite embedding gradient"
+            expected = {"activation_grad": "table 'B'", "multiplier": "Non-finite embedding gradient",
+                        "weight": "table 'A'"}[poison]
             with pytest.raises(tf.errors.InvalidArgumentError, match=expected):
                 sess.run(update)
             after = sess.run(tables)
