@@ -162,6 +162,28 @@ def global_table_gradient(per_replica_grads: Sequence[tf.Tensor], remaps: Sequen
                                         tf.size(unique_ids, out_type=tf.int32))
 
 
+def replicated_engine(feature_config: Any, optimizer: Any, pipeline_execution_with_tensor_core: bool,
+                      partition_strategy: str):
+    """The set-up shared by the TF2 mid-level APIs: the current strategy, its replica devices and the engine.
+
+    Returns:
+      `(strategy, devices, num_replicas, engine)`; the engine has one table shard per replica device.
+
+    Raises:
+      ValueError: `pipeline_execution_with_tensor_core=True` (only TPUEstimator implements it), or bad configs.
+    """
+    if pipeline_execution_with_tensor_core:
+        raise ValueError(
+            "pipeline_execution_with_tensor_core=True (one-step-stale activations) is not implemented by the "
+            "TF2 mid-level API here; pass False. TPUEstimator's EmbeddingConfigSpec supports it.")
+    strategy = tf.distribute.get_strategy()
+    devices = replica_devices(strategy)
+    with tf.init_scope():
+        engine = EmbeddingEngine(feature_config, optimizer, num_shards=len(devices) if devices else 1,
+                                 devices=devices, partition_strategy=partition_strategy)
+    return strategy, devices, int(strategy.num_replicas_in_sync), engine
+
+
 def features_by_table(engine: EmbeddingEngine) -> "collections.OrderedDict[str, List[str]]":
     """`{table_name: [feature keys]}` in flatten order."""
     out = collections.OrderedDict((name, []) for name in engine.tables)
@@ -224,18 +246,8 @@ class TPUEmbedding(tf.Module):
 
     def __init__(self, feature_config: Any, optimizer: Any, pipeline_execution_with_tensor_core: bool = False):
         super().__init__(name=None)
-        self._strategy = tf.distribute.get_strategy()
-        self._devices = replica_devices(self._strategy)
-        self._num_replicas = int(self._strategy.num_replicas_in_sync)
-        if pipeline_execution_with_tensor_core:
-            raise ValueError(
-                "pipeline_execution_with_tensor_core=True (one-step-stale activations) is not implemented by the "
-                "TF2 mid-level API here; pass False. TPUEstimator's EmbeddingConfigSpec supports it.")
-        self._pipeline_execution_with_tensor_core = bool(pipeline_execution_with_tensor_core)
-        with tf.init_scope():
-            self._engine = EmbeddingEngine(
-                feature_config, optimizer, num_shards=len(self._devices) if self._devices else 1,
-                devices=self._devices, partition_strategy=self._partition_strategy())
+        self._strategy, self._devices, self._num_replicas, self._engine = replicated_engine(
+            feature_config, optimizer, pipeline_execution_with_tensor_core, self._partition_strategy())
         self._paths = [key for key, _ in preprocessing.feature_paths(self._engine.feature_config)]
         self._features_of_table = features_by_table(self._engine)
         configured = [f.output_shape for _, f in preprocessing.feature_paths(self._engine.feature_config)]

@@ -62,18 +62,8 @@ class TPUEmbeddingV2(tf.Module):
 
     def __init__(self, feature_config: Any, optimizer: Any = None, pipeline_execution_with_tensor_core: bool = False):
         super().__init__(name=None)
-        self._strategy = tf.distribute.get_strategy()
-        self._devices = mid_level.replica_devices(self._strategy)
-        self._num_replicas = int(self._strategy.num_replicas_in_sync)
-        if pipeline_execution_with_tensor_core:
-            raise ValueError(
-                "pipeline_execution_with_tensor_core=True (one-step-stale activations) is not implemented by the "
-                "TF2 mid-level API here; pass False. TPUEstimator's EmbeddingConfigSpec supports it.")
-        self._pipelining = bool(pipeline_execution_with_tensor_core)
-        with tf.init_scope():
-            self._engine = EmbeddingEngine(
-                feature_config, optimizer, num_shards=len(self._devices) if self._devices else 1,
-                devices=self._devices, partition_strategy="mod")
+        self._strategy, self._devices, self._num_replicas, self._engine = mid_level.replicated_engine(
+            feature_config, optimizer, pipeline_execution_with_tensor_core, "mod")
         self._paths = [key for key, _ in preprocessing.feature_paths(self._engine.feature_config)]
         self._features_of_table = mid_level.features_by_table(self._engine)
         self._dims = {key: int(f.table.dim) for key, f in preprocessing.feature_paths(self._engine.feature_config)}
