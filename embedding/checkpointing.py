@@ -36,8 +36,11 @@ SHARD_VARIABLES_COLLECTION = "tpu_estimator_embedding_shard_variables"
 
 # Shard variables survive meta-graph export / import as variables (like GLOBAL_VARIABLES).
 _ops.register_proto_function(
-    SHARD_VARIABLES_COLLECTION, proto_type=_variable_pb2.VariableDef,
-    to_proto=_ref_variable._to_proto_fn, from_proto=_ref_variable._from_proto_fn)  # pylint: disable=protected-access
+    SHARD_VARIABLES_COLLECTION,
+    proto_type=_variable_pb2.VariableDef,
+    to_proto=_ref_variable._to_proto_fn,
+    from_proto=_ref_variable._from_proto_fn,
+)
 
 #: Local name under which a logical tensor is serialized by `tf.train.Checkpoint` (same as tf.Variable).
 VARIABLE_VALUE_KEY = _trackable_base.VARIABLE_VALUE_KEY
@@ -57,7 +60,8 @@ def create_shard_variable(initial_value: Callable[[], tf.Tensor], name: str, dev
     """
     with tf.device(device):
         return _resource_variable_ops.ResourceVariable(
-            initial_value=initial_value, trainable=False, name=name, dtype=tf.float32, collections=[])
+            initial_value=initial_value, trainable=False, name=name, dtype=tf.float32, collections=[]
+        )
 
 
 class _ResourceSerializationFilter(logging.Filter):
@@ -145,13 +149,17 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
             rows, dim = logical.shape.as_list()
             specs = []
             for shard, (offset, size) in zip(logical.shards, logical.row_slices):
-                specs.append(_saveable_object.SaveSpec(
-                    lambda shard=shard: read_shard(shard), f"{rows} {dim} {offset},{size}:-", key,
-                    dtype=logical.dtype,
-                    device=logical.host_device))  # One device per saveable (sharded Savers group by it).
+                specs.append(
+                    _saveable_object.SaveSpec(
+                        lambda shard=shard: read_shard(shard),
+                        f"{rows} {dim} {offset},{size}:-",
+                        key,
+                        dtype=logical.dtype,
+                        device=logical.host_device,
+                    )
+                )  # One device per saveable (sharded Savers group by it).
         else:
-            specs = [_saveable_object.SaveSpec(logical.read, "", key, dtype=logical.dtype,
-                                               device=logical.host_device)]
+            specs = [_saveable_object.SaveSpec(logical.read, "", key, dtype=logical.dtype, device=logical.host_device)]
         name = key
         if not tf.executing_eagerly():
             name = logical.shards[0].handle.op.name
@@ -181,10 +189,16 @@ class LogicalTensor(_trackable_base.Trackable):
         the logical tensor, without assembling it.
     """
 
-    def __init__(self, key: str, shards: Sequence[tf.Variable], shape: Sequence[int],
-                 assemble: Callable[[List[tf.Tensor]], tf.Tensor],
-                 split: Callable[[tf.Tensor], List[tf.Tensor]], host_device: str = "",
-                 row_slices: Optional[Sequence[Sequence[int]]] = None):
+    def __init__(
+        self,
+        key: str,
+        shards: Sequence[tf.Variable],
+        shape: Sequence[int],
+        assemble: Callable[[List[tf.Tensor]], tf.Tensor],
+        split: Callable[[tf.Tensor], List[tf.Tensor]],
+        host_device: str = "",
+        row_slices: Optional[Sequence[Sequence[int]]] = None,
+    ):
         self.key = key
         self.shards = list(shards)
         self.shape = tf.TensorShape(shape)
@@ -211,7 +225,8 @@ class LogicalTensor(_trackable_base.Trackable):
         full = tf.convert_to_tensor(full, dtype=self.dtype)
         if not full.shape.is_compatible_with(self.shape):
             raise ValueError(
-                f"Cannot restore '{self.key}': checkpoint tensor has shape {full.shape}, expected {self.shape}.")
+                f"Cannot restore '{self.key}': checkpoint tensor has shape {full.shape}, expected {self.shape}."
+            )
         with tf.device(self.host_device):
             full = tf.ensure_shape(full, self.shape)
             parts = self._split(full)

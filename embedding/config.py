@@ -20,476 +20,516 @@ import tensorflow as tf
 from embedding import optimizers as optimizers_lib
 
 __all__ = [
-    'TruncatedNormalInitializer', 'RowIdInitializer', 'QuantizationConfig', 'TableConfig', 'FeatureConfig',
-    'as_quantization_config', 'as_table_config', 'as_feature_config', 'resolve_feature_config',
-    'resolve_tables',
+    "TruncatedNormalInitializer",
+    "RowIdInitializer",
+    "QuantizationConfig",
+    "TableConfig",
+    "FeatureConfig",
+    "as_quantization_config",
+    "as_table_config",
+    "as_feature_config",
+    "resolve_feature_config",
+    "resolve_tables",
 ]
 
 
 def _dims(shape: Any) -> Any:
-  """A shape usable by tf.fill/tf.ones: a shape tensor as is, else a list of ints."""
-  return shape if tf.is_tensor(shape) else tf.TensorShape(shape).as_list()
+    """A shape usable by tf.fill/tf.ones: a shape tensor as is, else a list of ints."""
+    return shape if tf.is_tensor(shape) else tf.TensorShape(shape).as_list()
 
 
 class TruncatedNormalInitializer:
-  """Truncated normal initializer (the default table initializer); called as `init(shape, dtype)`.
+    """Truncated normal initializer (the default table initializer); called as `init(shape, dtype)`.
 
-  Args:
-    mean: mean of the distribution.
-    stddev: standard deviation before truncation at two standard deviations.
-    seed: optional op seed.
-  """
+    Args:
+      mean: mean of the distribution.
+      stddev: standard deviation before truncation at two standard deviations.
+      seed: optional op seed.
+    """
 
-  def __init__(self, mean: float = 0.0, stddev: float = 0.05, seed: Optional[int] = None):
-    self.mean = mean
-    self.stddev = stddev
-    self.seed = seed
+    def __init__(self, mean: float = 0.0, stddev: float = 0.05, seed: Optional[int] = None):
+        self.mean = mean
+        self.stddev = stddev
+        self.seed = seed
 
-  def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32, **kwargs) -> tf.Tensor:
-    del kwargs
-    return tf.random.truncated_normal(_dims(shape), mean=self.mean, stddev=self.stddev,
-                                      dtype=dtype, seed=self.seed)
+    def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32, **kwargs) -> tf.Tensor:
+        del kwargs
+        return tf.random.truncated_normal(_dims(shape), mean=self.mean, stddev=self.stddev, dtype=dtype, seed=self.seed)
 
-  def __repr__(self) -> str:
-    return f'TruncatedNormalInitializer(mean={self.mean!r}, stddev={self.stddev!r}, seed={self.seed!r})'
+    def __repr__(self) -> str:
+        return f"TruncatedNormalInitializer(mean={self.mean!r}, stddev={self.stddev!r}, seed={self.seed!r})"
 
 
 class RowIdInitializer:
-  """Initializes row `i` of a table to `i + offset` in every column (handy for tests and debugging).
+    """Initializes row `i` of a table to `i + offset` in every column (handy for tests and debugging).
 
-  Called with the full logical table shape `[vocabulary_size, dim]`, or with a shard's shape and the global ids
-  of its rows (`row_ids`), which is how a sharded table initialises 'mod' shards.
-
-  Args:
-    offset: added to each row id.
-  """
-
-  def __init__(self, offset: int = 0):
-    self.offset = offset
-
-  def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32,
-               row_ids: Optional[Any] = None, **kwargs) -> tf.Tensor:
-    """Returns the initial value.
+    Called with the full logical table shape `[vocabulary_size, dim]`, or with a shard's shape and the global ids
+    of its rows (`row_ids`), which is how a sharded table initialises 'mod' shards.
 
     Args:
-      shape: `[rows, dim]`.
-      dtype: result dtype.
-      row_ids: optional `[rows]` global ids of the rows; default `0..rows-1`.
-      **kwargs: ignored (e.g. partition info).
-
-    Returns:
-      A `[rows, dim]` tensor whose row r holds `row_ids[r] + offset`.
+      offset: added to each row id.
     """
-    del kwargs
-    shape = _dims(shape)
-    if row_ids is None:
-      rows = tf.range(tf.cast(shape[0], tf.int64), dtype=tf.int64)
-    else:
-      rows = tf.cast(tf.reshape(row_ids, [-1]), tf.int64)
-    return tf.cast(rows + self.offset, dtype)[:, None] * tf.ones(shape, dtype=dtype)
 
-  def __repr__(self) -> str:
-    return f'RowIdInitializer(offset={self.offset!r})'
+    def __init__(self, offset: int = 0):
+        self.offset = offset
+
+    def __call__(
+        self, shape: Sequence[int], dtype: tf.DType = tf.float32, row_ids: Optional[Any] = None, **kwargs
+    ) -> tf.Tensor:
+        """Returns the initial value.
+
+        Args:
+          shape: `[rows, dim]`.
+          dtype: result dtype.
+          row_ids: optional `[rows]` global ids of the rows; default `0..rows-1`.
+          **kwargs: ignored (e.g. partition info).
+
+        Returns:
+          A `[rows, dim]` tensor whose row r holds `row_ids[r] + offset`.
+        """
+        del kwargs
+        shape = _dims(shape)
+        if row_ids is None:
+            rows = tf.range(tf.cast(shape[0], tf.int64), dtype=tf.int64)
+        else:
+            rows = tf.cast(tf.reshape(row_ids, [-1]), tf.int64)
+        return tf.cast(rows + self.offset, dtype)[:, None] * tf.ones(shape, dtype=dtype)
+
+    def __repr__(self) -> str:
+        return f"RowIdInitializer(offset={self.offset!r})"
 
 
 class QuantizationConfig:
-  """Simulated quantization of looked-up rows: clip to [lower, upper], round to `num_buckets` levels.
+    """Simulated quantization of looked-up rows: clip to [lower, upper], round to `num_buckets` levels.
 
-  Storage stays float32; only activations are quantized (before the combiner).
+    Storage stays float32; only activations are quantized (before the combiner).
 
-  Args:
-    num_buckets: number of quantization levels, at least 2.
-    lower: lower bound of the range.
-    upper: upper bound of the range.
+    Args:
+      num_buckets: number of quantization levels, at least 2.
+      lower: lower bound of the range.
+      upper: upper bound of the range.
 
-  Raises:
-    ValueError: if `num_buckets < 2`.
-  """
+    Raises:
+      ValueError: if `num_buckets < 2`.
+    """
 
-  def __init__(self, num_buckets: int, lower: float, upper: float):
-    if num_buckets < 2:
-      raise ValueError(f'num_buckets is {num_buckets}, must be at least 2 for '
-                       f'simulated quantization.')
-    self.num_buckets = num_buckets
-    self.lower = lower
-    self.upper = upper
+    def __init__(self, num_buckets: int, lower: float, upper: float):
+        if num_buckets < 2:
+            raise ValueError(f"num_buckets is {num_buckets}, must be at least 2 for simulated quantization.")
+        self.num_buckets = num_buckets
+        self.lower = lower
+        self.upper = upper
 
-  def __repr__(self) -> str:
-    return ('QuantizationConfig(num_buckets={num_buckets!r}, lower={lower!r}, '
-            'upper={upper!r})'.format(num_buckets=self.num_buckets, lower=self.lower, upper=self.upper))
+    def __repr__(self) -> str:
+        return "QuantizationConfig(num_buckets={num_buckets!r}, lower={lower!r}, upper={upper!r})".format(
+            num_buckets=self.num_buckets, lower=self.lower, upper=self.upper
+        )
 
 
 def _is_int(value: Any) -> bool:
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_default_initializer(initializer: Any, dim: int) -> bool:
-  """True for a mean-0, stddev-1/sqrt(dim) truncated normal (ours or upstream's, by duck typing)."""
-  if not (isinstance(initializer, TruncatedNormalInitializer) or
-          type(initializer).__name__ == 'TruncatedNormal'):
-    return False
-  mean, stddev = getattr(initializer, 'mean', None), getattr(initializer, 'stddev', None)
-  return (mean == 0.0 and isinstance(stddev, numbers.Real) and
-          math.isclose(stddev, 1 / math.sqrt(dim)) and getattr(initializer, 'seed', None) is None)
+    """True for a mean-0, stddev-1/sqrt(dim) truncated normal (ours or upstream's, by duck typing)."""
+    if not (isinstance(initializer, TruncatedNormalInitializer) or type(initializer).__name__ == "TruncatedNormal"):
+        return False
+    mean, stddev = getattr(initializer, "mean", None), getattr(initializer, "stddev", None)
+    return (
+        mean == 0.0
+        and isinstance(stddev, numbers.Real)
+        and math.isclose(stddev, 1 / math.sqrt(dim))
+        and getattr(initializer, "seed", None) is None
+    )
 
 
 class TableConfig:
-  """Configuration of one embedding table; several `FeatureConfig`s may share one.
+    """Configuration of one embedding table; several `FeatureConfig`s may share one.
 
-  Tables are compared and hashed by identity, so a `TableConfig` can key dicts.
+    Tables are compared and hashed by identity, so a `TableConfig` can key dicts.
 
-  Args:
-    vocabulary_size: number of rows, an int >= 1.
-    dim: embedding width, an int >= 1.
-    initializer: callable `(shape, dtype) -> Tensor` for the logical table; None means a truncated normal with
-      mean 0 and stddev `1/sqrt(dim)`.
-    optimizer: per-table optimizer overriding the global one (any object `to_optimizer` accepts); checked when
-      the tables are resolved, as upstream.
-    combiner: 'mean', 'sum' or 'sqrtn'.
-    name: unique table name; unnamed tables become `table_{i}` when resolved.
-    quantization_config: optional `QuantizationConfig` (or upstream's).
-    layout: accepted for compatibility with newer TensorFlow (SparseCore table layouts) and ignored: the
-      engine chooses its own sharded layout.
+    Args:
+      vocabulary_size: number of rows, an int >= 1.
+      dim: embedding width, an int >= 1.
+      initializer: callable `(shape, dtype) -> Tensor` for the logical table; None means a truncated normal with
+        mean 0 and stddev `1/sqrt(dim)`.
+      optimizer: per-table optimizer overriding the global one (any object `to_optimizer` accepts); checked when
+        the tables are resolved, as upstream.
+      combiner: 'mean', 'sum' or 'sqrtn'.
+      name: unique table name; unnamed tables become `table_{i}` when resolved.
+      quantization_config: optional `QuantizationConfig` (or upstream's).
+      layout: accepted for compatibility with newer TensorFlow (SparseCore table layouts) and ignored: the
+        engine chooses its own sharded layout.
 
-  Raises:
-    ValueError: for a bad `vocabulary_size`, `dim`, `initializer` or `combiner`.
-    TypeError: for a `quantization_config` of the wrong type.
-  """
+    Raises:
+      ValueError: for a bad `vocabulary_size`, `dim`, `initializer` or `combiner`.
+      TypeError: for a `quantization_config` of the wrong type.
+    """
 
-  def __init__(self,
-               vocabulary_size: int,
-               dim: int,
-               initializer: Optional[Callable[..., Any]] = None,
-               optimizer: Optional[Any] = None,
-               combiner: str = 'mean',
-               name: Optional[str] = None,
-               quantization_config: Optional[QuantizationConfig] = None,
-               layout: Optional[Any] = None):
-    if not _is_int(vocabulary_size) or vocabulary_size < 1:
-      raise ValueError(
-          f'Argument `vocabulary_size` must be an int and must be >= 1. '
-          f'Received: {vocabulary_size}')
-    if not _is_int(dim) or dim < 1:
-      raise ValueError(
-          f'Argument `dim` (embedding dimension) '
-          f'must be an int and must be >= 1. Received: {dim}')
-    if initializer is not None and not callable(initializer):
-      raise ValueError(
-          f'Argument `initializer` must be a callable (or None). '
-          f'Received: {initializer}')
-    if initializer is None:
-      initializer = TruncatedNormalInitializer(mean=0.0, stddev=1 / math.sqrt(dim))
-    accepted_combiners = ('mean', 'sum', 'sqrtn')
-    if combiner not in accepted_combiners:
-      raise ValueError(
-          f'Argument `combiner` must be one of {accepted_combiners}. '
-          f'Received: {combiner}')
-    if name is not None and not isinstance(name, str):
-      raise ValueError(f'Argument `name` must be a string or None. Received: {name!r}')
-    self.vocabulary_size = int(vocabulary_size)
-    self.dim = int(dim)
-    self.initializer = initializer
-    self.optimizer = optimizer
-    self.combiner = combiner
-    self.name = name
-    self.quantization_config = as_quantization_config(quantization_config)
-    self.layout = layout
-    self._source_ref = None
+    def __init__(
+        self,
+        vocabulary_size: int,
+        dim: int,
+        initializer: Optional[Callable[..., Any]] = None,
+        optimizer: Optional[Any] = None,
+        combiner: str = "mean",
+        name: Optional[str] = None,
+        quantization_config: Optional[QuantizationConfig] = None,
+        layout: Optional[Any] = None,
+    ):
+        if not _is_int(vocabulary_size) or vocabulary_size < 1:
+            raise ValueError(f"Argument `vocabulary_size` must be an int and must be >= 1. Received: {vocabulary_size}")
+        if not _is_int(dim) or dim < 1:
+            raise ValueError(f"Argument `dim` (embedding dimension) must be an int and must be >= 1. Received: {dim}")
+        if initializer is not None and not callable(initializer):
+            raise ValueError(f"Argument `initializer` must be a callable (or None). Received: {initializer}")
+        if initializer is None:
+            initializer = TruncatedNormalInitializer(mean=0.0, stddev=1 / math.sqrt(dim))
+        accepted_combiners = ("mean", "sum", "sqrtn")
+        if combiner not in accepted_combiners:
+            raise ValueError(f"Argument `combiner` must be one of {accepted_combiners}. Received: {combiner}")
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"Argument `name` must be a string or None. Received: {name!r}")
+        self.vocabulary_size = int(vocabulary_size)
+        self.dim = int(dim)
+        self.initializer = initializer
+        self.optimizer = optimizer
+        self.combiner = combiner
+        self.name = name
+        self.quantization_config = as_quantization_config(quantization_config)
+        self.layout = layout
+        self._source_ref = None
 
-  @property
-  def source(self) -> Optional[Any]:
-    """The upstream object this config was converted from (weakly held), or None."""
-    return self._source_ref() if self._source_ref is not None else None
+    @property
+    def source(self) -> Optional[Any]:
+        """The upstream object this config was converted from (weakly held), or None."""
+        return self._source_ref() if self._source_ref is not None else None
 
-  def __repr__(self) -> str:
-    initializer = None if _is_default_initializer(self.initializer, self.dim) else self.initializer
-    return ('TableConfig(vocabulary_size={vocabulary_size!r}, dim={dim!r}, '
-            'initializer={initializer!r}, optimizer={optimizer!r}, '
-            'combiner={combiner!r}, name={name!r}, '
-            'quantization_config={quantization!r})'.format(
-                vocabulary_size=self.vocabulary_size, dim=self.dim, initializer=initializer,
-                optimizer=self.optimizer, combiner=self.combiner, name=self.name,
-                quantization=self.quantization_config))
+    def __repr__(self) -> str:
+        initializer = None if _is_default_initializer(self.initializer, self.dim) else self.initializer
+        return (
+            "TableConfig(vocabulary_size={vocabulary_size!r}, dim={dim!r}, "
+            "initializer={initializer!r}, optimizer={optimizer!r}, "
+            "combiner={combiner!r}, name={name!r}, "
+            "quantization_config={quantization!r})".format(
+                vocabulary_size=self.vocabulary_size,
+                dim=self.dim,
+                initializer=initializer,
+                optimizer=self.optimizer,
+                combiner=self.combiner,
+                name=self.name,
+                quantization=self.quantization_config,
+            )
+        )
 
 
 class FeatureConfig:
-  """Configuration of one embedding feature: which table it reads and its output shape.
+    """Configuration of one embedding feature: which table it reads and its output shape.
 
-  Args:
-    table: the `TableConfig` (or upstream's, converted) to look the feature up in.
-    max_sequence_length: 0 for a combined feature `[B, dim]`; L > 0 for a sequence feature `[B, L, dim]`.
-    validate_weights_and_indices: serving uses a safe lookup (prunes ids < 0 and weights <= 0) when True.
-    output_shape: optional activation shape without the embedding dimension.
-    name: optional feature name.
+    Args:
+      table: the `TableConfig` (or upstream's, converted) to look the feature up in.
+      max_sequence_length: 0 for a combined feature `[B, dim]`; L > 0 for a sequence feature `[B, L, dim]`.
+      validate_weights_and_indices: serving uses a safe lookup (prunes ids < 0 and weights <= 0) when True.
+      output_shape: optional activation shape without the embedding dimension.
+      name: optional feature name.
 
-  Raises:
-    ValueError: if `table` is not a table config, `max_sequence_length` is not an int >= 0, or
-      `validate_weights_and_indices` is not a bool.
-  """
+    Raises:
+      ValueError: if `table` is not a table config, `max_sequence_length` is not an int >= 0, or
+        `validate_weights_and_indices` is not a bool.
+    """
 
-  def __init__(self,
-               table: TableConfig,
-               max_sequence_length: int = 0,
-               validate_weights_and_indices: bool = True,
-               output_shape: Optional[Union[List[int], tf.TensorShape]] = None,
-               name: Optional[str] = None):
-    if not isinstance(table, TableConfig):
-      if not _looks_like_upstream_table(table):
-        raise ValueError(f'Argument `table` has invalid type {type(table)}. '
-                         'Expected `tf.tpu.experimental.embedding.TableConfig`.')
-      table = as_table_config(table)
-    if not _is_int(max_sequence_length) or max_sequence_length < 0:
-      raise ValueError(
-          f'Argument `max_sequence_length` must be an int and must be >= 0. '
-          f'Received: {max_sequence_length}')
-    if not isinstance(validate_weights_and_indices, bool):
-      raise ValueError(
-          f'Argument `validate_weights_and_indices` must be a boolean. '
-          f'Received: {validate_weights_and_indices}')
-    self.table = table
-    self.max_sequence_length = int(max_sequence_length)
-    self.name = name
-    self.output_shape = tf.TensorShape(output_shape)
-    self.validate_weights_and_indices = validate_weights_and_indices
-    self._source_ref = None
+    def __init__(
+        self,
+        table: TableConfig,
+        max_sequence_length: int = 0,
+        validate_weights_and_indices: bool = True,
+        output_shape: Optional[Union[List[int], tf.TensorShape]] = None,
+        name: Optional[str] = None,
+    ):
+        if not isinstance(table, TableConfig):
+            if not _looks_like_upstream_table(table):
+                raise ValueError(
+                    f"Argument `table` has invalid type {type(table)}. "
+                    "Expected `tf.tpu.experimental.embedding.TableConfig`."
+                )
+            table = as_table_config(table)
+        if not _is_int(max_sequence_length) or max_sequence_length < 0:
+            raise ValueError(
+                f"Argument `max_sequence_length` must be an int and must be >= 0. Received: {max_sequence_length}"
+            )
+        if not isinstance(validate_weights_and_indices, bool):
+            raise ValueError(
+                f"Argument `validate_weights_and_indices` must be a boolean. Received: {validate_weights_and_indices}"
+            )
+        self.table = table
+        self.max_sequence_length = int(max_sequence_length)
+        self.name = name
+        self.output_shape = tf.TensorShape(output_shape)
+        self.validate_weights_and_indices = validate_weights_and_indices
+        self._source_ref = None
 
-  @property
-  def source(self) -> Optional[Any]:
-    """The upstream object this config was converted from (weakly held), or None."""
-    return self._source_ref() if self._source_ref is not None else None
+    @property
+    def source(self) -> Optional[Any]:
+        """The upstream object this config was converted from (weakly held), or None."""
+        return self._source_ref() if self._source_ref is not None else None
 
-  def __repr__(self) -> str:
-    return ('FeatureConfig(table={table!r}, '
-            'max_sequence_length={max_sequence_length!r}, '
-            'validate_weights_and_indices={validate_weights_and_indices!r}, '
-            'output_shape={output_shape!r}, name={name!r})'.format(
-                table=self.table, max_sequence_length=self.max_sequence_length,
+    def __repr__(self) -> str:
+        return (
+            "FeatureConfig(table={table!r}, "
+            "max_sequence_length={max_sequence_length!r}, "
+            "validate_weights_and_indices={validate_weights_and_indices!r}, "
+            "output_shape={output_shape!r}, name={name!r})".format(
+                table=self.table,
+                max_sequence_length=self.max_sequence_length,
                 validate_weights_and_indices=self.validate_weights_and_indices,
-                output_shape=self.output_shape, name=self.name))
+                output_shape=self.output_shape,
+                name=self.name,
+            )
+        )
 
 
 # ==== upstream conversion ===========================================================================================
 
 # Upstream object -> our converted object, so repeated conversions preserve sharing.
-_CONVERTED: 'weakref.WeakKeyDictionary[Any, Any]' = weakref.WeakKeyDictionary()
+_CONVERTED: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def _looks_like_upstream_table(obj: Any) -> bool:
-  return all(hasattr(obj, a) for a in ('vocabulary_size', 'dim', 'initializer', 'combiner', 'name'))
+    return all(hasattr(obj, a) for a in ("vocabulary_size", "dim", "initializer", "combiner", "name"))
 
 
 def _looks_like_upstream_feature(obj: Any) -> bool:
-  return all(hasattr(obj, a) for a in ('table', 'max_sequence_length', 'output_shape'))
+    return all(hasattr(obj, a) for a in ("table", "max_sequence_length", "output_shape"))
 
 
 def _weak(obj: Any) -> Optional[Callable[[], Any]]:
-  # Weak, so that the conversion cache (keyed weakly by the upstream object) does not keep it alive.
-  try:
-    return weakref.ref(obj)
-  except TypeError:
-    return lambda: obj
+    # Weak, so that the conversion cache (keyed weakly by the upstream object) does not keep it alive.
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: obj
 
 
 def _cached(obj: Any, convert: Callable[[Any], Any]) -> Any:
-  try:
-    hit = _CONVERTED.get(obj)
-  except TypeError:  # not weak-referenceable / unhashable: convert without caching
-    return convert(obj)
-  if hit is None:
-    hit = convert(obj)
-    _CONVERTED[obj] = hit
-  return hit
+    try:
+        hit = _CONVERTED.get(obj)
+    except TypeError:  # not weak-referenceable / unhashable: convert without caching
+        return convert(obj)
+    if hit is None:
+        hit = convert(obj)
+        _CONVERTED[obj] = hit
+    return hit
 
 
 def as_quantization_config(obj: Any) -> Optional[QuantizationConfig]:
-  """Returns `obj` as our `QuantizationConfig` (None stays None).
+    """Returns `obj` as our `QuantizationConfig` (None stays None).
 
-  Args:
-    obj: None, a `QuantizationConfig`, or an object with `num_buckets`, `lower` and `upper` attributes.
+    Args:
+      obj: None, a `QuantizationConfig`, or an object with `num_buckets`, `lower` and `upper` attributes.
 
-  Returns:
-    Our `QuantizationConfig` or None.
+    Returns:
+      Our `QuantizationConfig` or None.
 
-  Raises:
-    TypeError: for any other object.
-  """
-  if obj is None or isinstance(obj, QuantizationConfig):
-    return obj
-  if all(hasattr(obj, a) for a in ('num_buckets', 'lower', 'upper')):
-    return QuantizationConfig(obj.num_buckets, obj.lower, obj.upper)
-  raise TypeError(f'`quantization_config` must be a QuantizationConfig. Received type {type(obj).__name__}.')
+    Raises:
+      TypeError: for any other object.
+    """
+    if obj is None or isinstance(obj, QuantizationConfig):
+        return obj
+    if all(hasattr(obj, a) for a in ("num_buckets", "lower", "upper")):
+        return QuantizationConfig(obj.num_buckets, obj.lower, obj.upper)
+    raise TypeError(f"`quantization_config` must be a QuantizationConfig. Received type {type(obj).__name__}.")
 
 
 def as_table_config(obj: Any) -> TableConfig:
-  """Returns `obj` as our `TableConfig`, converting upstream's by its attributes.
+    """Returns `obj` as our `TableConfig`, converting upstream's by its attributes.
 
-  The same upstream object always yields the same `TableConfig`. An upstream optimizer is converted with
-  `to_optimizer` when possible and otherwise kept for `resolve_tables` to reject.
+    The same upstream object always yields the same `TableConfig`. An upstream optimizer is converted with
+    `to_optimizer` when possible and otherwise kept for `resolve_tables` to reject.
 
-  Args:
-    obj: our `TableConfig` or an upstream `tf.tpu.experimental.embedding.TableConfig`.
+    Args:
+      obj: our `TableConfig` or an upstream `tf.tpu.experimental.embedding.TableConfig`.
 
-  Returns:
-    Our `TableConfig`.
+    Returns:
+      Our `TableConfig`.
 
-  Raises:
-    TypeError: if `obj` is neither.
-  """
-  if isinstance(obj, TableConfig):
-    return obj
-  if not _looks_like_upstream_table(obj):
-    raise TypeError(f'Expected a TableConfig, got {type(obj).__name__}.')
+    Raises:
+      TypeError: if `obj` is neither.
+    """
+    if isinstance(obj, TableConfig):
+        return obj
+    if not _looks_like_upstream_table(obj):
+        raise TypeError(f"Expected a TableConfig, got {type(obj).__name__}.")
 
-  def convert(up: Any) -> TableConfig:
-    optimizer = getattr(up, 'optimizer', None)
-    if optimizer is not None:
-      try:
-        optimizer = optimizers_lib.to_optimizer(optimizer)
-      except TypeError:
-        pass
-    table = TableConfig(vocabulary_size=up.vocabulary_size, dim=up.dim, initializer=up.initializer,
-                        optimizer=optimizer, combiner=up.combiner, name=up.name,
-                        quantization_config=getattr(up, 'quantization_config', None),
-                        layout=getattr(up, 'layout', None))
-    table._source_ref = _weak(up)  # pylint: disable=protected-access
-    return table
+    def convert(up: Any) -> TableConfig:
+        optimizer = getattr(up, "optimizer", None)
+        if optimizer is not None:
+            try:
+                optimizer = optimizers_lib.to_optimizer(optimizer)
+            except TypeError:
+                pass
+        table = TableConfig(
+            vocabulary_size=up.vocabulary_size,
+            dim=up.dim,
+            initializer=up.initializer,
+            optimizer=optimizer,
+            combiner=up.combiner,
+            name=up.name,
+            quantization_config=getattr(up, "quantization_config", None),
+            layout=getattr(up, "layout", None),
+        )
+        table._source_ref = _weak(up)
+        return table
 
-  return _cached(obj, convert)
+    return _cached(obj, convert)
 
 
 def as_feature_config(obj: Any) -> FeatureConfig:
-  """Returns `obj` as our `FeatureConfig`, converting upstream's (and its table) by attributes.
+    """Returns `obj` as our `FeatureConfig`, converting upstream's (and its table) by attributes.
 
-  Args:
-    obj: our `FeatureConfig` or an upstream `tf.tpu.experimental.embedding.FeatureConfig`.
+    Args:
+      obj: our `FeatureConfig` or an upstream `tf.tpu.experimental.embedding.FeatureConfig`.
 
-  Returns:
-    Our `FeatureConfig`.
+    Returns:
+      Our `FeatureConfig`.
 
-  Raises:
-    TypeError: if `obj` is neither.
-  """
-  if isinstance(obj, FeatureConfig):
-    return obj
-  if not _looks_like_upstream_feature(obj):
-    raise TypeError(f'Expected a FeatureConfig, got {type(obj).__name__}: {obj!r}.')
+    Raises:
+      TypeError: if `obj` is neither.
+    """
+    if isinstance(obj, FeatureConfig):
+        return obj
+    if not _looks_like_upstream_feature(obj):
+        raise TypeError(f"Expected a FeatureConfig, got {type(obj).__name__}: {obj!r}.")
 
-  def convert(up: Any) -> FeatureConfig:
-    output_shape = up.output_shape
-    if isinstance(output_shape, tf.TensorShape) and output_shape.rank is None:
-      output_shape = None
-    feature = FeatureConfig(table=as_table_config(up.table), max_sequence_length=up.max_sequence_length,
-                            validate_weights_and_indices=getattr(up, 'validate_weights_and_indices', True),
-                            output_shape=output_shape, name=getattr(up, 'name', None))
-    feature._source_ref = _weak(up)  # pylint: disable=protected-access
-    return feature
+    def convert(up: Any) -> FeatureConfig:
+        output_shape = up.output_shape
+        if isinstance(output_shape, tf.TensorShape) and output_shape.rank is None:
+            output_shape = None
+        feature = FeatureConfig(
+            table=as_table_config(up.table),
+            max_sequence_length=up.max_sequence_length,
+            validate_weights_and_indices=getattr(up, "validate_weights_and_indices", True),
+            output_shape=output_shape,
+            name=getattr(up, "name", None),
+        )
+        feature._source_ref = _weak(up)
+        return feature
 
-  return _cached(obj, convert)
+    return _cached(obj, convert)
 
 
 # ==== resolution ====================================================================================================
 
 
-def _flatten_with_paths(structure: Any, prefix: str = '') -> List[Tuple[str, Any]]:
-  """Flattens like `tf.nest.flatten` (dicts by sorted key) and joins paths with '/'."""
-  def join(key: Any) -> str:
-    return f'{prefix}/{key}' if prefix else str(key)
+def _flatten_with_paths(structure: Any, prefix: str = "") -> List[Tuple[str, Any]]:
+    """Flattens like `tf.nest.flatten` (dicts by sorted key) and joins paths with '/'."""
 
-  if isinstance(structure, Mapping):
-    out = []
-    for key in sorted(structure):
-      out.extend(_flatten_with_paths(structure[key], join(key)))
-    return out
-  if isinstance(structure, (list, tuple)):
-    keys = getattr(structure, '_fields', None) or range(len(structure))  # namedtuples by field name
-    out = []
-    for key, item in zip(keys, structure):
-      out.extend(_flatten_with_paths(item, join(key)))
-    return out
-  return [(prefix, structure)]
+    def join(key: Any) -> str:
+        return f"{prefix}/{key}" if prefix else str(key)
+
+    if isinstance(structure, Mapping):
+        out = []
+        for key in sorted(structure):
+            out.extend(_flatten_with_paths(structure[key], join(key)))
+        return out
+    if isinstance(structure, (list, tuple)):
+        keys = getattr(structure, "_fields", None) or range(len(structure))  # namedtuples by field name
+        out = []
+        for key, item in zip(keys, structure):
+            out.extend(_flatten_with_paths(item, join(key)))
+        return out
+    return [(prefix, structure)]
 
 
 def _is_resolved(feature_config: Any) -> bool:
-  return (isinstance(feature_config, list) and bool(feature_config) and all(
-      isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and
-      isinstance(item[1], FeatureConfig) for item in feature_config))
+    return (
+        isinstance(feature_config, list)
+        and bool(feature_config)
+        and all(
+            isinstance(item, tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], FeatureConfig)
+            for item in feature_config
+        )
+    )
 
 
 def resolve_feature_config(feature_config: Any) -> List[Tuple[str, FeatureConfig]]:
-  """Flattens a nested structure of feature configs into `(path, FeatureConfig)` pairs.
+    """Flattens a nested structure of feature configs into `(path, FeatureConfig)` pairs.
 
-  Order is `tf.nest.flatten` order (dict keys sorted); paths join the keys/indices with '/' ('' for a single
-  feature). Upstream feature configs are converted to ours.
+    Order is `tf.nest.flatten` order (dict keys sorted); paths join the keys/indices with '/' ('' for a single
+    feature). Upstream feature configs are converted to ours.
 
-  Args:
-    feature_config: a `FeatureConfig` or a nested dict/list/tuple of them (ours or upstream's). The output of
-      this function is also accepted and returned unchanged.
+    Args:
+      feature_config: a `FeatureConfig` or a nested dict/list/tuple of them (ours or upstream's). The output of
+        this function is also accepted and returned unchanged.
 
-  Returns:
-    A list of `(path, FeatureConfig)`.
+    Returns:
+      A list of `(path, FeatureConfig)`.
 
-  Raises:
-    ValueError: if the structure is empty or holds something that is not a feature config.
-  """
-  if _is_resolved(feature_config):
-    return list(feature_config)
-  leaves = tf.nest.flatten(feature_config)
-  pairs = _flatten_with_paths(feature_config)
-  if len(pairs) != len(leaves):  # a nested type tf.nest knows but we do not (e.g. attrs)
-    pairs = [(str(i), leaf) for i, leaf in enumerate(leaves)]
-  if not pairs:
-    raise ValueError('`feature_config` must contain at least one FeatureConfig; got an empty structure.')
-  resolved = []
-  for path, leaf in pairs:
-    if not isinstance(leaf, FeatureConfig) and not _looks_like_upstream_feature(leaf):
-      raise ValueError(f'Feature config at path {path!r} must be a FeatureConfig, got {type(leaf).__name__}.')
-    resolved.append((path, as_feature_config(leaf)))
-  return resolved
+    Raises:
+      ValueError: if the structure is empty or holds something that is not a feature config.
+    """
+    if _is_resolved(feature_config):
+        return list(feature_config)
+    leaves = tf.nest.flatten(feature_config)
+    pairs = _flatten_with_paths(feature_config)
+    if len(pairs) != len(leaves):  # a nested type tf.nest knows but we do not (e.g. attrs)
+        pairs = [(str(i), leaf) for i, leaf in enumerate(leaves)]
+    if not pairs:
+        raise ValueError("`feature_config` must contain at least one FeatureConfig; got an empty structure.")
+    resolved = []
+    for path, leaf in pairs:
+        if not isinstance(leaf, FeatureConfig) and not _looks_like_upstream_feature(leaf):
+            raise ValueError(f"Feature config at path {path!r} must be a FeatureConfig, got {type(leaf).__name__}.")
+        resolved.append((path, as_feature_config(leaf)))
+    return resolved
 
 
 def resolve_tables(feature_config: Any, optimizer: Optional[Any] = None) -> List[TableConfig]:
-  """Lists the tables of a feature structure in order of first appearance, named and with optimizers.
+    """Lists the tables of a feature structure in order of first appearance, named and with optimizers.
 
-  Like upstream `TPUEmbedding.__init__`, this mutates the tables: an unnamed table gets `table_{i}` (i its
-  position in the list; mirrored into the upstream object it came from) and a table without optimizer gets the
-  global `optimizer`. Table optimizers are converted with `to_optimizer`.
+    Like upstream `TPUEmbedding.__init__`, this mutates the tables: an unnamed table gets `table_{i}` (i its
+    position in the list; mirrored into the upstream object it came from) and a table without optimizer gets the
+    global `optimizer`. Table optimizers are converted with `to_optimizer`.
 
-  Args:
-    feature_config: nested feature configs, or the output of `resolve_feature_config`.
-    optimizer: global optimizer for tables without their own (anything `to_optimizer` accepts), or None.
+    Args:
+      feature_config: nested feature configs, or the output of `resolve_feature_config`.
+      optimizer: global optimizer for tables without their own (anything `to_optimizer` accepts), or None.
 
-  Returns:
-    The unique tables, in order of first appearance.
+    Returns:
+      The unique tables, in order of first appearance.
 
-  Raises:
-    ValueError: if two tables have the same name, or an optimizer is not supported.
-  """
-  tables: List[TableConfig] = []
-  seen = set()
-  for _, feature in resolve_feature_config(feature_config):
-    if id(feature.table) not in seen:
-      seen.add(id(feature.table))
-      tables.append(feature.table)
-  names = set()
-  for i, table in enumerate(tables):
-    if table.optimizer is None:
-      table.optimizer = optimizer
-    if table.optimizer is not None:
-      try:
-        table.optimizer = optimizers_lib.to_optimizer(table.optimizer)
-      except TypeError as e:
-        raise ValueError(f'{type(table.optimizer)} is an unsupported optimizer class. Please pass an '
-                         'instance of one of the optimizer classes under '
-                         'tf.tpu.experimental.embedding.') from e
-    if table.name is None:
-      table.name = f'table_{i}'
-      if table.source is not None and getattr(table.source, 'name', None) is None:
-        try:
-          table.source.name = table.name
-        except AttributeError:
-          pass
-    if table.name in names:
-      raise ValueError('Tables must have a unique name. '
-                       f'Multiple tables with name {table.name} found.')
-    names.add(table.name)
-  return tables
+    Raises:
+      ValueError: if two tables have the same name, or an optimizer is not supported.
+    """
+    tables: List[TableConfig] = []
+    seen = set()
+    for _, feature in resolve_feature_config(feature_config):
+        if id(feature.table) not in seen:
+            seen.add(id(feature.table))
+            tables.append(feature.table)
+    names = set()
+    for i, table in enumerate(tables):
+        if table.optimizer is None:
+            table.optimizer = optimizer
+        if table.optimizer is not None:
+            try:
+                table.optimizer = optimizers_lib.to_optimizer(table.optimizer)
+            except TypeError as e:
+                raise ValueError(
+                    f"{type(table.optimizer)} is an unsupported optimizer class. Please pass an "
+                    "instance of one of the optimizer classes under "
+                    "tf.tpu.experimental.embedding."
+                ) from e
+        if table.name is None:
+            table.name = f"table_{i}"
+            if table.source is not None and getattr(table.source, "name", None) is None:
+                try:
+                    table.source.name = table.name
+                except AttributeError:
+                    pass
+        if table.name in names:
+            raise ValueError(f"Tables must have a unique name. Multiple tables with name {table.name} found.")
+        names.add(table.name)
+    return tables

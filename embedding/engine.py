@@ -20,10 +20,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import tensorflow as tf
 
-from embedding import checkpointing
-from embedding import combiners
+from embedding import checkpointing, combiners, preprocessing
 from embedding import config as config_lib
-from embedding import preprocessing
 from embedding.sharded_table import ShardedTable
 
 
@@ -69,15 +67,22 @@ class EmbeddingEngine(tf.Module):
       ValueError: bad configs, duplicate table names or checkpoint keys.
     """
 
-    def __init__(self, feature_config: Any, optimizer: Any = None, num_shards: int = 1,
-                 devices: Optional[Sequence[Any]] = None, partition_strategy: str = "div",
-                 checkpoint_names: Optional[Mapping[str, str]] = None,
-                 slot_checkpoint_names: Optional[Mapping[str, Mapping[str, str]]] = None,
-                 register_in_graph: bool = True):
+    def __init__(
+        self,
+        feature_config: Any,
+        optimizer: Any = None,
+        num_shards: int = 1,
+        devices: Optional[Sequence[Any]] = None,
+        partition_strategy: str = "div",
+        checkpoint_names: Optional[Mapping[str, str]] = None,
+        slot_checkpoint_names: Optional[Mapping[str, Mapping[str, str]]] = None,
+        register_in_graph: bool = True,
+    ):
         super().__init__(name=None)
         resolved = config_lib.resolve_feature_config(feature_config)
-        if isinstance(feature_config, list) and \
-                all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in feature_config):
+        if isinstance(feature_config, list) and all(
+            isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in feature_config
+        ):
             # Already resolved pairs: the structure is the flat list of features.
             structure = [f for _, f in resolved]
         else:
@@ -92,10 +97,16 @@ class EmbeddingEngine(tf.Module):
         tables = collections.OrderedDict()
         for name, table in self._table_configs.items():
             tables[name] = ShardedTable(
-                table, table.optimizer, num_shards=num_shards, devices=devices,
-                partition_strategy=partition_strategy, name=name,
-                checkpoint_name=checkpoint_names.get(name), slot_checkpoint_names=slot_checkpoint_names.get(name),
-                register_in_graph=register_in_graph)
+                table,
+                table.optimizer,
+                num_shards=num_shards,
+                devices=devices,
+                partition_strategy=partition_strategy,
+                name=name,
+                checkpoint_name=checkpoint_names.get(name),
+                slot_checkpoint_names=slot_checkpoint_names.get(name),
+                register_in_graph=register_in_graph,
+            )
         self._tables = tables
         self._features_of_table = collections.OrderedDict((n, []) for n in tables)
         for key, feature in preprocessing.feature_paths(structure):
@@ -136,8 +147,9 @@ class EmbeddingEngine(tf.Module):
         return tf.group(*[t.initializer for t in self._tables.values()])
 
     # ------------------------------------------------------------------------------------------------- step
-    def preprocess(self, features: Any, weights: Any = None, validate: bool = True
-                   ) -> "collections.OrderedDict[str, preprocessing.TableBatch]":
+    def preprocess(
+        self, features: Any, weights: Any = None, validate: bool = True
+    ) -> "collections.OrderedDict[str, preprocessing.TableBatch]":
         """Deduplicated per-table batches of one step (see `preprocessing.preprocess_features`).
 
         Args:
@@ -170,8 +182,9 @@ class EmbeddingEngine(tf.Module):
         """`activations(preprocess(features, weights))`."""
         return self.activations(self.preprocess(features, weights))
 
-    def table_gradients(self, batches: Mapping[str, Any], activation_grads: Any
-                        ) -> "collections.OrderedDict[str, tf.Tensor]":
+    def table_gradients(
+        self, batches: Mapping[str, Any], activation_grads: Any
+    ) -> "collections.OrderedDict[str, tf.Tensor]":
         """Per table, the gradient `[U, dim]` of its unique ids, summed over the features sharing it.
 
         Args:
@@ -193,8 +206,7 @@ class EmbeddingEngine(tf.Module):
                 grad = tf.convert_to_tensor(grad, dtype=tf.float32)
                 expected = batch.features[key].static_output_shape.concatenate([table.dim])
                 if not grad.shape.is_compatible_with(expected):
-                    raise ValueError(f"Found gradient of shape {grad.shape} at path {key}. Expected shape "
-                                     f"{expected}.")
+                    raise ValueError(f"Found gradient of shape {grad.shape} at path {key}. Expected shape {expected}.")
                 table_grads[key] = grad
             if table_grads:
                 total = combiners.backprop_table(table_grads, batch)
@@ -203,9 +215,14 @@ class EmbeddingEngine(tf.Module):
             out[name] = total
         return out
 
-    def apply_gradients(self, batches: Mapping[str, Any], activation_grads: Any,
-                        learning_rate_override: Any = None, gradient_multiplier: Any = None,
-                        check_numerics: bool = True) -> Optional[tf.Operation]:
+    def apply_gradients(
+        self,
+        batches: Mapping[str, Any],
+        activation_grads: Any,
+        learning_rate_override: Any = None,
+        gradient_multiplier: Any = None,
+        check_numerics: bool = True,
+    ) -> Optional[tf.Operation]:
         """Applies the embedding optimizers: ONE application per table per step.
 
         Args:
@@ -224,8 +241,7 @@ class EmbeddingEngine(tf.Module):
         """
         with tf.name_scope("embedding_apply_gradients"):
             multiplier = None if gradient_multiplier is None else tf.cast(gradient_multiplier, tf.float32)
-            checks = self._check_activation_gradients(batches, activation_grads, multiplier) \
-                if check_numerics else []
+            checks = self._check_activation_gradients(batches, activation_grads, multiplier) if check_numerics else []
             grads = self.table_gradients(batches, activation_grads)
             if multiplier is not None:
                 grads = collections.OrderedDict((n, g * multiplier) for n, g in grads.items())
@@ -233,8 +249,9 @@ class EmbeddingEngine(tf.Module):
             with tf.control_dependencies(checks if not tf.executing_eagerly() else None):
                 return self.apply_table_gradients(unique_ids, grads, learning_rate_override, check_numerics=False)
 
-    def _check_activation_gradients(self, batches: Mapping[str, Any], activation_grads: Any,
-                                    multiplier: Optional[tf.Tensor]) -> List[tf.Tensor]:
+    def _check_activation_gradients(
+        self, batches: Mapping[str, Any], activation_grads: Any, multiplier: Optional[tf.Tensor]
+    ) -> List[tf.Tensor]:
         """Per table, one finiteness check of what its gradient is made of: the activation gradients of its
         features, their combine gains and the multiplier. A table gradient is a gain-weighted sum of activation
         gradient rows, so this catches every NaN/Inf input at 1/ids-per-example of the cost of checking the
@@ -250,13 +267,19 @@ class EmbeddingEngine(tf.Module):
             if not values:
                 continue
             features = ", ".join(repr(k) for k in self._features_of_table[name])
-            checks.append(check_finite(values, f"Non-finite embedding gradient for table '{name}' "
-                                               f"(features {features})"))
+            checks.append(
+                check_finite(values, f"Non-finite embedding gradient for table '{name}' (features {features})")
+            )
         return checks
 
-    def apply_table_gradients(self, unique_ids: Mapping[str, Any], grads: Mapping[str, Any],
-                              learning_rate_override: Any = None, check_numerics: bool = True,
-                              sorted_ids: bool = True) -> Optional[tf.Operation]:
+    def apply_table_gradients(
+        self,
+        unique_ids: Mapping[str, Any],
+        grads: Mapping[str, Any],
+        learning_rate_override: Any = None,
+        check_numerics: bool = True,
+        sorted_ids: bool = True,
+    ) -> Optional[tf.Operation]:
         """Applies per-table gradients already accumulated per unique id: ONE application per table.
 
         Args:
@@ -275,16 +298,19 @@ class EmbeddingEngine(tf.Module):
         """
         missing = [name for name, t in self._tables.items() if t.optimizer is None]
         if missing:
-            raise ValueError(f"Cannot train embedding tables {missing}: they have no optimizer. Give the "
-                             f"TableConfig an optimizer or pass a global optimizer.")
+            raise ValueError(
+                f"Cannot train embedding tables {missing}: they have no optimizer. Give the "
+                f"TableConfig an optimizer or pass a global optimizer."
+            )
         # Every table update waits for every check (id validation travels with unique_ids), so a bad
         # input for one table leaves all tables unchanged.
         gates: List[Any] = [unique_ids[n] for n in self._tables]
         if check_numerics:
             for name in self._tables:
                 features = ", ".join(repr(k) for k in self._features_of_table[name])
-                gates.append(check_finite(grads[name], f"Non-finite embedding gradient for table '{name}' "
-                                                       f"(features {features})"))
+                gates.append(
+                    check_finite(grads[name], f"Non-finite embedding gradient for table '{name}' (features {features})")
+                )
         gates.extend(grads[n] for n in self._tables)
         ops = []
         learning_rates: Dict[int, Any] = {}  # A callable learning rate is evaluated once per optimizer.
@@ -306,8 +332,7 @@ class EmbeddingEngine(tf.Module):
         try:
             return batches[name]
         except KeyError:
-            raise ValueError(f"No preprocessed batch for table '{name}'; pass the output of preprocess().") \
-                from None
+            raise ValueError(f"No preprocessed batch for table '{name}'; pass the output of preprocess().") from None
 
     def _flatten_grads(self, activation_grads: Any) -> Dict[str, Any]:
         try:

@@ -89,14 +89,16 @@ def _dense_lookup(inp: tf.Tensor, table: Any, feature: Any, dim: int, path: str)
         return tf.pad(rows, [[0, 0], [0, pad], [0, 0]])
     if rank is not None and rank >= 2:
         if inp.shape[-1] != 1:
-            raise ValueError(f"Feature {path}: rank 2 or above dense tensor should have last dimension as 1, got "
-                             f"shape {inp.shape}.")
+            raise ValueError(
+                f"Feature {path}: rank 2 or above dense tensor should have last dimension as 1, got shape {inp.shape}."
+            )
         inp = tf.squeeze(inp, axis=-1)
     return _reshape(_gather(table, inp), out_shape, dim)
 
 
-def _sparse_lookup(inp: tf.SparseTensor, weight: Optional[tf.SparseTensor], table: Any, feature: Any, dim: int
-                   ) -> tf.Tensor:
+def _sparse_lookup(
+    inp: tf.SparseTensor, weight: Optional[tf.SparseTensor], table: Any, feature: Any, dim: int
+) -> tf.Tensor:
     seq_len = int(feature.max_sequence_length or 0)
     out_shape = _output_shape(feature)
     if out_shape is None and seq_len > 0 and inp.shape.rank in (None, 2):
@@ -108,7 +110,8 @@ def _sparse_lookup(inp: tf.SparseTensor, weight: Optional[tf.SparseTensor], tabl
             rows = rows * tf.cast(tf.boolean_mask(weight.values, keep), rows.dtype)[:, None]
         return tf.scatter_nd(indices, rows, tf.stack([batch, seq_len, dim]))
     combined = tf.nn.safe_embedding_lookup_sparse(
-        _shards(table), inp, sparse_weights=weight, combiner=feature.table.combiner)
+        _shards(table), inp, sparse_weights=weight, combiner=feature.table.combiner
+    )
     return _reshape(combined, out_shape, dim)
 
 
@@ -124,16 +127,18 @@ def _ragged_combine(table: Any, inp: tf.RaggedTensor, weight: Optional[tf.Ragged
     return total
 
 
-def _ragged_sequence(table: Any, inp: tf.RaggedTensor, weight: Optional[tf.RaggedTensor], batch: Any,
-                     seq_len: int, dim: int) -> tf.Tensor:
+def _ragged_sequence(
+    table: Any, inp: tf.RaggedTensor, weight: Optional[tf.RaggedTensor], batch: Any, seq_len: int, dim: int
+) -> tf.Tensor:
     rows = tf.ragged.map_flat_values(lambda ids: _gather(table, ids), inp)
     if weight is not None:
         rows = rows * tf.expand_dims(tf.cast(weight, rows.dtype), 2)
     return rows.to_tensor(shape=[batch, seq_len, dim])
 
 
-def _ragged_lookup(inp: tf.RaggedTensor, weight: Optional[tf.RaggedTensor], table: Any, feature: Any, dim: int,
-                   path: str) -> tf.Tensor:
+def _ragged_lookup(
+    inp: tf.RaggedTensor, weight: Optional[tf.RaggedTensor], table: Any, feature: Any, dim: int, path: str
+) -> tf.Tensor:
     if inp.shape.rank != 2:
         raise ValueError(f"Only rank 2 ragged tensor is supported, but got rank {inp.shape.rank} (feature {path}).")
     batch = inp.shape[0]
@@ -146,17 +151,19 @@ def _ragged_lookup(inp: tf.RaggedTensor, weight: Optional[tf.RaggedTensor], tabl
         if batch and total > batch and total % batch == 0:
             seq = _ragged_sequence(table, inp, weight, batch, total // batch, dim)
             return tf.reshape(seq, out_shape + [dim])
-        raise ValueError(f"Output shape set in the FeatureConfig should be the factor of the input data batch size. "
-                         f"But instead got output shape {out_shape}, input data batch size {batch}")
+        raise ValueError(
+            f"Output shape set in the FeatureConfig should be the factor of the input data batch size. "
+            f"But instead got output shape {out_shape}, input data batch size {batch}"
+        )
     if feature.max_sequence_length > 0:
-        return _ragged_sequence(table, inp, weight, batch if batch is not None else inp.nrows(),
-                                int(feature.max_sequence_length), dim)
+        return _ragged_sequence(
+            table, inp, weight, batch if batch is not None else inp.nrows(), int(feature.max_sequence_length), dim
+        )
     return _ragged_combine(table, inp, weight, combiner)
 
 
 @tf.autograph.experimental.do_not_convert
-def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Dict[Any, Any], feature_config: Any
-                             ) -> Any:
+def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Dict[Any, Any], feature_config: Any) -> Any:
     """Embedding lookups with plain TensorFlow ops on full tables (for CPU serving and export).
 
     Args:
@@ -189,8 +196,10 @@ def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Dict[A
             if isinstance(inp, tf.Tensor):
                 raise ValueError(f"Weight specified for {path}, but input is dense.")
             if type(weight) is not type(inp):
-                raise ValueError(f"Weight for {path} is of type {type(weight)} but it does not match type of the "
-                                 f"input which is {type(inp)}.")
+                raise ValueError(
+                    f"Weight for {path} is of type {type(weight)} but it does not match type of the "
+                    f"input which is {type(inp)}."
+                )
         if isinstance(inp, tf.Tensor):
             outputs.append(_dense_lookup(inp, table, feature, dim, path))
         elif isinstance(inp, tf.SparseTensor):

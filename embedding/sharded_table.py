@@ -20,8 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from embedding import checkpointing
-from embedding import preprocessing
+from embedding import checkpointing, preprocessing
 
 DeviceLike = Optional[Union[str, tf.DeviceSpec]]
 
@@ -65,19 +64,18 @@ class ShardLayout:
             return [full]
         if self.strategy == "div":
             return tf.split(full, self.sizes, axis=0)
-        return [full[k::self.num_shards] for k in range(self.num_shards)]
+        return [full[k :: self.num_shards] for k in range(self.num_shards)]
 
     def split_numpy(self, full: np.ndarray) -> List[np.ndarray]:
         """NumPy version of `split` (views, no copy for 'div')."""
         if self.strategy == "div":
-            return [full[o:o + s] for o, s in zip(self.offsets, self.sizes)]
-        return [full[k::self.num_shards] for k in range(self.num_shards)]
+            return [full[o : o + s] for o, s in zip(self.offsets, self.sizes)]
+        return [full[k :: self.num_shards] for k in range(self.num_shards)]
 
 
 def _partition_ids(unique_ids: tf.Tensor, layout: ShardLayout):
     """(shard int32 [U], local row int64 [U]) using the shared preprocessing partitioner."""
-    shard, local = preprocessing.partition_ids(
-        unique_ids, layout.num_shards, layout.vocabulary_size, layout.strategy)
+    shard, local = preprocessing.partition_ids(unique_ids, layout.num_shards, layout.vocabulary_size, layout.strategy)
     return tf.cast(shard, tf.int32), tf.cast(local, tf.int64)
 
 
@@ -95,8 +93,9 @@ def _constant_value(initializer: Any):
     return None
 
 
-def make_shard_initial_value(initializer: Callable, layout: ShardLayout, k: int, dim: int,
-                             dtype: tf.DType = tf.float32) -> Callable[[], tf.Tensor]:
+def make_shard_initial_value(
+    initializer: Callable, layout: ShardLayout, k: int, dim: int, dtype: tf.DType = tf.float32
+) -> Callable[[], tf.Tensor]:
     """Returns a zero-argument callable building the initial value of shard k only.
 
     Supported initializers, in order:
@@ -116,8 +115,10 @@ def make_shard_initial_value(initializer: Callable, layout: ShardLayout, k: int,
         if layout.strategy != "div" and layout.num_shards > 1:
             raise ValueError(
                 "An initializer taking `shard_info` (a contiguous offset) cannot initialise 'mod' shards; give it "
-                "a `row_ids` keyword argument instead.")
-        from tensorflow.python.trackable import base as trackable_base  # pylint: disable=import-outside-toplevel
+                "a `row_ids` keyword argument instead."
+            )
+        from tensorflow.python.trackable import base as trackable_base
+
         info = trackable_base.ShardInfo(shape, (layout.offsets[k], 0))
         return lambda: initializer(shape, dtype=dtype, shard_info=info)
     if type(initializer).__name__ == "RowIdInitializer" and isinstance(getattr(initializer, "offset", None), int):
@@ -128,14 +129,14 @@ def make_shard_initial_value(initializer: Callable, layout: ShardLayout, k: int,
     if value is not None and np.ndim(value) == 2:
         full = np.asarray(value)
         if full.shape != (layout.vocabulary_size, dim):
-            raise ValueError(f"Constant initializer has shape {full.shape}, expected "
-                             f"{(layout.vocabulary_size, dim)}.")
+            raise ValueError(f"Constant initializer has shape {full.shape}, expected {(layout.vocabulary_size, dim)}.")
         part = layout.split_numpy(full)[k]
         return lambda: tf.constant(part, dtype=dtype)
     if value is not None and np.ndim(value) == 0:
         # A scalar constant: tf.fill of a non-foldable value (see optimizers.ConstantInitializer) instead of a
         # full-size Const node, which would stay alive and make the variable copy itself on its first update.
-        from embedding import optimizers  # pylint: disable=import-outside-toplevel
+        from embedding import optimizers
+
         fill = optimizers.ConstantInitializer(float(value))
         return lambda: fill(shape, dtype=dtype)
     return lambda: initializer(shape, dtype=dtype)
@@ -185,10 +186,18 @@ class ShardedTable(tf.Module):
     `tf.compat.v1.global_variables_initializer()` does not cover the shards.
     """
 
-    def __init__(self, table_config: Any, optimizer: Any, num_shards: int = 1,
-                 devices: Optional[Sequence[DeviceLike]] = None, partition_strategy: str = "div",
-                 name: Optional[str] = None, checkpoint_name: Optional[str] = None,
-                 slot_checkpoint_names: Optional[Mapping[str, str]] = None, register_in_graph: bool = True):
+    def __init__(
+        self,
+        table_config: Any,
+        optimizer: Any,
+        num_shards: int = 1,
+        devices: Optional[Sequence[DeviceLike]] = None,
+        partition_strategy: str = "div",
+        name: Optional[str] = None,
+        checkpoint_name: Optional[str] = None,
+        slot_checkpoint_names: Optional[Mapping[str, str]] = None,
+        register_in_graph: bool = True,
+    ):
         table_name = name or getattr(table_config, "name", None)
         if not table_name:
             raise ValueError("ShardedTable needs a name (table_config.name or name=).")
@@ -197,7 +206,8 @@ class ShardedTable(tf.Module):
         self._scope = _scope_name(table_name)
         self._table_config = table_config
         if optimizer is not None and not hasattr(optimizer, "apply_rows"):
-            from embedding import optimizers  # pylint: disable=import-outside-toplevel
+            from embedding import optimizers
+
             optimizer = optimizers.to_optimizer(optimizer)  # Estimator-style *Parameters or upstream objects.
         self._optimizer = optimizer
         self._dim = int(table_config.dim)
@@ -230,27 +240,45 @@ class ShardedTable(tf.Module):
         slot_checkpoint_names = dict(slot_checkpoint_names or {})
         unknown = set(slot_checkpoint_names) - set(self._slot_names)
         if unknown:
-            raise ValueError(f"Table '{self._table_name}': slot_checkpoint_names has unknown slots {sorted(unknown)}; "
-                             f"slots are {self._slot_names}.")
+            raise ValueError(
+                f"Table '{self._table_name}': slot_checkpoint_names has unknown slots {sorted(unknown)}; "
+                f"slots are {self._slot_names}."
+            )
         self.slot_checkpoint_names = {
-            s: slot_checkpoint_names.get(s, f"{self.checkpoint_name}/{s}") for s in self._slot_names}
+            s: slot_checkpoint_names.get(s, f"{self.checkpoint_name}/{s}") for s in self._slot_names
+        }
 
     def _build_logical(self) -> None:
         assemble, split = self._layout.assemble, self._layout.split
         slices = None
         if self._layout.strategy == "div":
             slices = list(zip(self._layout.offsets, self._layout.sizes))
-        self._logical = {self.checkpoint_name: checkpointing.LogicalTensor(
-            self.checkpoint_name, self._shards, [self.vocabulary_size, self._dim], assemble, split,
-            self._host_device, row_slices=slices)}
+        self._logical = {
+            self.checkpoint_name: checkpointing.LogicalTensor(
+                self.checkpoint_name,
+                self._shards,
+                [self.vocabulary_size, self._dim],
+                assemble,
+                split,
+                self._host_device,
+                row_slices=slices,
+            )
+        }
         for slot in self._slot_names:
             key = self.slot_checkpoint_names[slot]
             self._logical[key] = checkpointing.LogicalTensor(
-                key, self._slot_shards[slot], [self.vocabulary_size, self._dim], assemble, split,
-                self._host_device, row_slices=slices)
+                key,
+                self._slot_shards[slot],
+                [self.vocabulary_size, self._dim],
+                assemble,
+                split,
+                self._host_device,
+                row_slices=slices,
+            )
 
-    def set_checkpoint_names(self, checkpoint_name: str,
-                             slot_checkpoint_names: Optional[Mapping[str, str]] = None) -> None:
+    def set_checkpoint_names(
+        self, checkpoint_name: str, slot_checkpoint_names: Optional[Mapping[str, str]] = None
+    ) -> None:
         """Renames the checkpoint keys of the table and its slots (before any saveable is registered).
 
         The estimator learns the names upstream's CPU path would use only after `model_fn` ran.
@@ -397,8 +425,9 @@ class ShardedTable(tf.Module):
             out.set_shape([ids.shape[0], self._dim])
             return out
 
-    def apply_gradients(self, unique_ids, grads, learning_rate=None, sorted_ids: bool = False
-                        ) -> Optional[tf.Operation]:
+    def apply_gradients(
+        self, unique_ids, grads, learning_rate=None, sorted_ids: bool = False
+    ) -> Optional[tf.Operation]:
         """Applies the optimizer to the rows of `unique_ids`.
 
         Args:
@@ -414,8 +443,10 @@ class ShardedTable(tf.Module):
           ValueError: if the table has no optimizer.
         """
         if self._optimizer is None:
-            raise ValueError(f"Table '{self._table_name}' has no optimizer: pass an optimizer to the table config "
-                             f"or a global one to train it.")
+            raise ValueError(
+                f"Table '{self._table_name}' has no optimizer: pass an optimizer to the table config "
+                f"or a global one to train it."
+            )
         opt = self._optimizer
         ids = tf.cast(tf.convert_to_tensor(unique_ids), tf.int64)
         grads = tf.convert_to_tensor(grads, dtype=tf.float32)

@@ -45,8 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from embedding import combiners
-from embedding import preprocessing
+from embedding import combiners, preprocessing
 from embedding.engine import EmbeddingEngine
 
 # Python control flow on Python values only: AutoGraph conversion would just cost tracing time.
@@ -71,8 +70,9 @@ def canonical_device(device: Any) -> str:
     return full.make_merged_spec(spec).to_string()
 
 
-def local_values(strategy: tf.distribute.Strategy, structure: Any, num_replicas: int, what: str,
-                 replicate_plain: bool) -> List[Any]:
+def local_values(
+    strategy: tf.distribute.Strategy, structure: Any, num_replicas: int, what: str, replicate_plain: bool
+) -> List[Any]:
     """Splits a nest whose leaves may be per-replica values into one nest per replica.
 
     Args:
@@ -98,7 +98,8 @@ def local_values(strategy: tf.distribute.Strategy, structure: Any, num_replicas:
                 raise ValueError(
                     f"The {what} hold a non-distributed value but the strategy has {num_replicas} replicas. Pass "
                     f"per-replica values (e.g. from strategy.distribute_datasets_from_function), or call enqueue "
-                    f"once per replica with device=.")
+                    f"once per replica with device=."
+                )
             values = values * num_replicas
         if len(values) != num_replicas:
             raise ValueError(f"The {what} have {len(values)} per-replica values, expected {num_replicas}.")
@@ -153,17 +154,20 @@ def merge_unique_ids(per_replica_ids: Sequence[tf.Tensor]):
     return unique_ids, tf.split(index, sizes, num=len(per_replica_ids))
 
 
-def global_table_gradient(per_replica_grads: Sequence[tf.Tensor], remaps: Sequence[Optional[tf.Tensor]],
-                          unique_ids: tf.Tensor) -> tf.Tensor:
+def global_table_gradient(
+    per_replica_grads: Sequence[tf.Tensor], remaps: Sequence[Optional[tf.Tensor]], unique_ids: tf.Tensor
+) -> tf.Tensor:
     """Sums per-replica `[U_r, dim]` table gradients into the global unique ids `[U, dim]`."""
     if len(per_replica_grads) == 1:
         return per_replica_grads[0]
-    return tf.math.unsorted_segment_sum(tf.concat(list(per_replica_grads), 0), tf.concat(list(remaps), 0),
-                                        tf.size(unique_ids, out_type=tf.int32))
+    return tf.math.unsorted_segment_sum(
+        tf.concat(list(per_replica_grads), 0), tf.concat(list(remaps), 0), tf.size(unique_ids, out_type=tf.int32)
+    )
 
 
-def replicated_engine(feature_config: Any, optimizer: Any, pipeline_execution_with_tensor_core: bool,
-                      partition_strategy: str):
+def replicated_engine(
+    feature_config: Any, optimizer: Any, pipeline_execution_with_tensor_core: bool, partition_strategy: str
+):
     """The set-up shared by the TF2 mid-level APIs: the current strategy, its replica devices and the engine.
 
     Returns:
@@ -175,12 +179,18 @@ def replicated_engine(feature_config: Any, optimizer: Any, pipeline_execution_wi
     if pipeline_execution_with_tensor_core:
         raise ValueError(
             "pipeline_execution_with_tensor_core=True (one-step-stale activations) is not implemented by the "
-            "TF2 mid-level API here; pass False. TPUEstimator's EmbeddingConfigSpec supports it.")
+            "TF2 mid-level API here; pass False. TPUEstimator's EmbeddingConfigSpec supports it."
+        )
     strategy = tf.distribute.get_strategy()
     devices = replica_devices(strategy)
     with tf.init_scope():
-        engine = EmbeddingEngine(feature_config, optimizer, num_shards=len(devices) if devices else 1,
-                                 devices=devices, partition_strategy=partition_strategy)
+        engine = EmbeddingEngine(
+            feature_config,
+            optimizer,
+            num_shards=len(devices) if devices else 1,
+            devices=devices,
+            partition_strategy=partition_strategy,
+        )
     return strategy, devices, int(strategy.num_replicas_in_sync), engine
 
 
@@ -192,8 +202,9 @@ def features_by_table(engine: EmbeddingEngine) -> "collections.OrderedDict[str, 
     return out
 
 
-def check_gradients(flat_grads: Sequence[Any], paths: Sequence[str], expected: Sequence[tf.TensorShape]
-                    ) -> List[Optional[tf.Tensor]]:
+def check_gradients(
+    flat_grads: Sequence[Any], paths: Sequence[str], expected: Sequence[tf.TensorShape]
+) -> List[Optional[tf.Tensor]]:
     """Upstream's gradient checks: tensors (or None) of the activation shape. IndexedSlices are densified."""
     out = []
     for grad, path, shape in zip(flat_grads, paths, expected):
@@ -205,8 +216,11 @@ def check_gradients(flat_grads: Sequence[Any], paths: Sequence[str], expected: S
         if not isinstance(grad, tf.Tensor):
             raise ValueError(f"found non-tensor type: {type(grad)} at path {path}.")
         if not grad.shape.is_compatible_with(shape):
-            raise ValueError("Found gradient of shape {} at path {}. Expected shape {}.".format(
-                grad.shape, path, shape.as_list() if shape.rank is not None else shape))
+            raise ValueError(
+                "Found gradient of shape {} at path {}. Expected shape {}.".format(
+                    grad.shape, path, shape.as_list() if shape.rank is not None else shape
+                )
+            )
         out.append(grad)
     return out
 
@@ -221,6 +235,7 @@ def table_key(table: Any) -> Any:
 @dataclasses.dataclass
 class _Step:
     """One enqueued step: everything dequeue / apply_gradients need."""
+
     training: bool
     graph: Optional[tf.Graph]
     batches: List[Dict[str, preprocessing.TableBatch]]  # per replica
@@ -247,7 +262,8 @@ class TPUEmbedding(tf.Module):
     def __init__(self, feature_config: Any, optimizer: Any, pipeline_execution_with_tensor_core: bool = False):
         super().__init__(name=None)
         self._strategy, self._devices, self._num_replicas, self._engine = replicated_engine(
-            feature_config, optimizer, pipeline_execution_with_tensor_core, self._partition_strategy())
+            feature_config, optimizer, pipeline_execution_with_tensor_core, self._partition_strategy()
+        )
         self._paths = [key for key, _ in preprocessing.feature_paths(self._engine.feature_config)]
         self._features_of_table = features_by_table(self._engine)
         configured = [f.output_shape for _, f in preprocessing.feature_paths(self._engine.feature_config)]
@@ -300,8 +316,9 @@ class TPUEmbedding(tf.Module):
                 try:
                     flat = tf.__internal__.nest.flatten_up_to(self._engine.feature_config, per_replica_input_shapes)
                 except (ValueError, TypeError) as e:
-                    raise ValueError(f"per_replica_input_shapes must have the structure of feature_config: {e}") \
-                        from None
+                    raise ValueError(
+                        f"per_replica_input_shapes must have the structure of feature_config: {e}"
+                    ) from None
                 shapes = self._shapes_from_input_shapes([tf.TensorShape(s) for s in flat])
         elif per_replica_batch_size is not None:
             shapes = self._shapes_from_batch_size(per_replica_batch_size)
@@ -337,8 +354,10 @@ class TPUEmbedding(tf.Module):
             if new.rank in (1, 2) and old.rank > new.rank:
                 continue  # Ragged/sequence inputs: checked when preprocessing.
             if old.rank != new.rank or not old.is_compatible_with(new):
-                raise ValueError(f"Inconsistent shape founded for input feature {path}, Output shape is set to be "
-                                 f"{old}, But got incoming output shape {new}")
+                raise ValueError(
+                    f"Inconsistent shape founded for input feature {path}, Output shape is set to be "
+                    f"{old}, But got incoming output shape {new}"
+                )
 
     def _update_output_shapes(self, incoming: List[tf.TensorShape]) -> None:
         self._output_shapes = [old if old.rank else new for old, new in zip(self._output_shapes, incoming)]
@@ -349,11 +368,18 @@ class TPUEmbedding(tf.Module):
         for value, f in zip(tf.nest.flatten(features), self._features()):
             shape = tf.TensorShape(getattr(value, "shape", None))
             rank = shape.rank
-            bad = (rank is None or rank == 0 or
-                   (isinstance(value, tf.SparseTensor) and rank < 2) or
-                   (isinstance(value, tf.RaggedTensor) and rank != 2) or
-                   (isinstance(value, tf.Tensor) and rank > 1 and shape[-1] != 1 and
-                    not (rank == 2 and f.max_sequence_length > 0)))
+            bad = (
+                rank is None
+                or rank == 0
+                or (isinstance(value, tf.SparseTensor) and rank < 2)
+                or (isinstance(value, tf.RaggedTensor) and rank != 2)
+                or (
+                    isinstance(value, tf.Tensor)
+                    and rank > 1
+                    and shape[-1] != 1
+                    and not (rank == 2 and f.max_sequence_length > 0)
+                )
+            )
             # Bad inputs are reported, naming the feature, by preprocessing.
             out.append(tf.TensorShape(None) if bad else self._shapes_from_input_shapes_one(shape, f))
         return out
@@ -366,8 +392,14 @@ class TPUEmbedding(tf.Module):
 
     # ---------------------------------------------------------------------------------------------- enqueue
     @_do_not_convert
-    def enqueue(self, features: Any, weights: Any = None, training: bool = True, name: Optional[str] = None,
-                device: Optional[str] = None) -> None:
+    def enqueue(
+        self,
+        features: Any,
+        weights: Any = None,
+        training: bool = True,
+        name: Optional[str] = None,
+        device: Optional[str] = None,
+    ) -> None:
         """Enqueues one step's ids: preprocessing and the table lookups of every replica.
 
         Call it outside `strategy.run` with per-replica values (e.g. from `distribute_datasets_from_function`),
@@ -387,8 +419,9 @@ class TPUEmbedding(tf.Module):
         with tf.name_scope(name or "embedding_enqueue"):
             if self._in_replica_context() and device is None:
                 ctx = tf.distribute.get_replica_context()
-                ctx.merge_call(lambda _, f, w: self._enqueue_all(f, w, training, replicate_plain=True),
-                               args=(features, weights))
+                ctx.merge_call(
+                    lambda _, f, w: self._enqueue_all(f, w, training, replicate_plain=True), args=(features, weights)
+                )
                 return
             if device is not None:
                 self._enqueue_one(features, weights, training, device)
@@ -406,8 +439,11 @@ class TPUEmbedding(tf.Module):
     def _enqueue_all(self, features: Any, weights: Any, training: bool, replicate_plain: bool) -> None:
         self._check_structure(features, weights)
         per_features = local_values(self._strategy, features, self._num_replicas, "features", replicate_plain)
-        per_weights = (local_values(self._strategy, weights, self._num_replicas, "weights", replicate_plain)
-                       if weights is not None else [None] * self._num_replicas)
+        per_weights = (
+            local_values(self._strategy, weights, self._num_replicas, "weights", replicate_plain)
+            if weights is not None
+            else [None] * self._num_replicas
+        )
         self._run_enqueue(per_features, per_weights, training)
 
     def _enqueue_one(self, features: Any, weights: Any, training: bool, device: str) -> None:
@@ -418,8 +454,9 @@ class TPUEmbedding(tf.Module):
         wanted = canonical_device(device)
         known = [canonical_device(d) for d in self._devices]
         if wanted not in known:
-            raise ValueError(f"Device {device} passed to enqueue is not a replica device of the strategy "
-                             f"({list(self._devices)}).")
+            raise ValueError(
+                f"Device {device} passed to enqueue is not a replica device of the strategy ({list(self._devices)})."
+            )
         r = known.index(wanted)
         graph = _graph_or_none()
         if self._partial is None or self._partial["graph"] is not graph or r in self._partial["parts"]:
@@ -430,8 +467,11 @@ class TPUEmbedding(tf.Module):
         if len(self._partial["parts"]) == self._num_replicas:
             parts = self._partial["parts"]
             self._partial = None
-            self._run_enqueue([parts[k][0] for k in range(self._num_replicas)],
-                              [parts[k][1] for k in range(self._num_replicas)], training)
+            self._run_enqueue(
+                [parts[k][0] for k in range(self._num_replicas)],
+                [parts[k][1] for k in range(self._num_replicas)],
+                training,
+            )
 
     def _run_enqueue(self, per_features: List[Any], per_weights: List[Any], training: bool) -> None:
         incoming = self._input_output_shapes(per_features[0])
@@ -454,20 +494,29 @@ class TPUEmbedding(tf.Module):
                     table_rows = rows[name] if remap is None else tf.gather(rows[name], remap)
                     acts.update(combiners.combine_table(table_rows, batch[name]))
             activations.append(tf.nest.pack_sequence_as(self._engine.feature_config, [acts[k] for k in self._paths]))
-        self._step = _Step(training=bool(training), graph=_graph_or_none(), batches=batches, unique_ids=unique_ids,
-                           remaps=remaps, activations=activations)
+        self._step = _Step(
+            training=bool(training),
+            graph=_graph_or_none(),
+            batches=batches,
+            unique_ids=unique_ids,
+            remaps=remaps,
+            activations=activations,
+        )
 
     # ---------------------------------------------------------------------------------------------- dequeue
     def _current_step(self, what: str) -> _Step:
         if self._step is None:
             if not self._built:
-                raise RuntimeError(f"{what} called on unbuilt TPUEmbedding object. Please either call enqueue first "
-                                   f"or manually call the build method.")
+                raise RuntimeError(
+                    f"{what} called on unbuilt TPUEmbedding object. Please either call enqueue first "
+                    f"or manually call the build method."
+                )
             raise RuntimeError(f"{what} called before enqueue: enqueue the step's features first.")
         if not graph_is_reachable(self._step.graph):
             raise RuntimeError(
                 f"{what} must run in the same tf.function as the enqueue of its step (or both eagerly); the last "
-                f"enqueue ran {'eagerly' if self._step.graph is None else 'in another function'}.")
+                f"enqueue ran {'eagerly' if self._step.graph is None else 'in another function'}."
+            )
         return self._step
 
     def _in_replica_context(self) -> bool:
@@ -516,8 +565,10 @@ class TPUEmbedding(tf.Module):
         """
         step = self._current_step("apply_gradients")
         if not step.training:
-            raise RuntimeError("apply_gradients called for a step enqueued with training=False; enqueue the step "
-                               "with training=True to train (upstream would deadlock here).")
+            raise RuntimeError(
+                "apply_gradients called for a step enqueued with training=False; enqueue the step "
+                "with training=True to train (upstream would deadlock here)."
+            )
         tf.nest.assert_same_structure(self._engine.feature_config, gradients)
         with tf.name_scope(name or "embedding_apply_gradients"):
             if not self._in_replica_context():
@@ -528,7 +579,8 @@ class TPUEmbedding(tf.Module):
             flat = check_gradients(tf.nest.flatten(gradients), self._paths, expected)
             gradients = tf.nest.pack_sequence_as(self._engine.feature_config, flat)
             tf.distribute.get_replica_context().merge_call(
-                lambda _, g: self._apply_all(step, g, replicate_plain=True), args=(gradients,))
+                lambda _, g: self._apply_all(step, g, replicate_plain=True), args=(gradients,)
+            )
 
     def _apply_all(self, step: _Step, gradients: Any, replicate_plain: bool) -> None:
         if step.applied:
@@ -536,8 +588,9 @@ class TPUEmbedding(tf.Module):
         per_grads = local_values(self._strategy, gradients, self._num_replicas, "gradients", replicate_plain)
         table_grads: Dict[str, List[tf.Tensor]] = {name: [] for name in self._engine.tables}
         for r, grads in enumerate(per_grads):
-            flat = check_gradients(tf.nest.flatten(grads), self._paths,
-                                   [a.shape for a in tf.nest.flatten(step.activations[r])])
+            flat = check_gradients(
+                tf.nest.flatten(grads), self._paths, [a.shape for a in tf.nest.flatten(step.activations[r])]
+            )
             by_key = dict(zip(self._paths, flat))
             for name, table in self._engine.tables.items():
                 batch = step.batches[r][name]
@@ -545,8 +598,10 @@ class TPUEmbedding(tf.Module):
                 if g.shape.rank == 2 and g.shape[1] == 0:
                     g = tf.zeros(tf.stack([batch.num_unique, table.dim]), tf.float32)
                 table_grads[name].append(g)
-        grads = {name: global_table_gradient(table_grads[name], step.remaps[name], step.unique_ids[name])
-                 for name in self._engine.tables}
+        grads = {
+            name: global_table_gradient(table_grads[name], step.remaps[name], step.unique_ids[name])
+            for name in self._engine.tables
+        }
         self._engine.apply_table_gradients(step.unique_ids, grads, sorted_ids=False)
         step.applied = True
 
@@ -583,4 +638,3 @@ def _as_variable(shards: Sequence[tf.Variable], name: str) -> Any:
     if len(shards) == 1:
         return shards[0]
     return tf.__internal__.distribute.ShardedVariable(list(shards), name=name)
-

@@ -23,8 +23,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
-from embedding import combiners
-from embedding import preprocessing
+from embedding import combiners, preprocessing
 from embedding import tpu_embedding as mid_level
 from embedding.engine import EmbeddingEngine
 
@@ -63,13 +62,15 @@ class TPUEmbeddingV2(tf.Module):
     def __init__(self, feature_config: Any, optimizer: Any = None, pipeline_execution_with_tensor_core: bool = False):
         super().__init__(name=None)
         self._strategy, self._devices, self._num_replicas, self._engine = mid_level.replicated_engine(
-            feature_config, optimizer, pipeline_execution_with_tensor_core, "mod")
+            feature_config, optimizer, pipeline_execution_with_tensor_core, "mod"
+        )
         self._paths = [key for key, _ in preprocessing.feature_paths(self._engine.feature_config)]
         self._features_of_table = mid_level.features_by_table(self._engine)
         self._dims = {key: int(f.table.dim) for key, f in preprocessing.feature_paths(self._engine.feature_config)}
         self._table_of = {key: f.table.name for key, f in preprocessing.feature_paths(self._engine.feature_config)}
         self._output_shapes: Dict[str, tf.TensorShape] = {
-            key: tf.TensorShape(f.output_shape) for key, f in preprocessing.feature_paths(self._engine.feature_config)}
+            key: tf.TensorShape(f.output_shape) for key, f in preprocessing.feature_paths(self._engine.feature_config)
+        }
         self._built = False
 
     # ------------------------------------------------------------------------------------------- properties
@@ -97,8 +98,10 @@ class TPUEmbeddingV2(tf.Module):
     @property
     def embedding_table_shards(self) -> Dict[Any, List[Any]]:
         """`{TableConfig: [(device, shard variable)]}` in shard order (shard k holds ids `k, k + n, ...`)."""
-        return {mid_level.table_key(t.table_config): [(var.device, var) for var in t.shards]
-                for t in self._engine.tables.values()}
+        return {
+            mid_level.table_key(t.table_config): [(var.device, var) for var in t.shards]
+            for t in self._engine.tables.values()
+        }
 
     @property
     def variables(self) -> Dict[Any, Dict[str, Any]]:
@@ -140,14 +143,16 @@ class TPUEmbeddingV2(tf.Module):
                 for key, segments in batch.features.items():
                     shapes[key] = list(segments.output_shape)
                 tensors[name] = preprocessing.to_partitioned_csr(
-                    batch, self._engine.tables[name].num_shards, "mod", self._engine.tables[name].vocabulary_size)
+                    batch, self._engine.tables[name].num_shards, "mod", self._engine.tables[name].vocabulary_size
+                )
         for key, shape in shapes.items():
             self._output_shapes[key] = tf.TensorShape([d if isinstance(d, int) else None for d in shape])
         return EnqueuedFeatures(tensors, shapes)
 
     @_do_not_convert
-    def dequeue(self, partitioned_tensors: Dict[str, PartitionedCsrFormatTensor]
-                ) -> "tuple[Any, Dict[str, PartitionedCsrFormatTensor]]":
+    def dequeue(
+        self, partitioned_tensors: Dict[str, PartitionedCsrFormatTensor]
+    ) -> "tuple[Any, Dict[str, PartitionedCsrFormatTensor]]":
         """Activations computed from the CSR form (one gather per shard and table).
 
         Args:
@@ -177,8 +182,9 @@ class TPUEmbeddingV2(tf.Module):
         return activations, {name: _csr(partitioned_tensors, name) for name in self._engine.tables}
 
     @_do_not_convert
-    def embedding_lookup(self, features: Any, weights: Any = None
-                         ) -> "tuple[Any, Dict[str, PartitionedCsrFormatTensor]]":
+    def embedding_lookup(
+        self, features: Any, weights: Any = None
+    ) -> "tuple[Any, Dict[str, PartitionedCsrFormatTensor]]":
         """`dequeue(enqueue(features, weights))`: activations and the preserved CSR outputs.
 
         Raises:
@@ -194,9 +200,11 @@ class TPUEmbeddingV2(tf.Module):
         for key in self._paths:
             shape = self._output_shapes[key]
             if not shape.is_fully_defined():
-                raise ValueError(f"Input Feature {key} has output shape set as {shape} which is not fully defined. "
-                                 f"Please specify the fully defined shape in either FeatureConfig or pass the "
-                                 f"output of enqueue to dequeue.")
+                raise ValueError(
+                    f"Input Feature {key} has output shape set as {shape} which is not fully defined. "
+                    f"Please specify the fully defined shape in either FeatureConfig or pass the "
+                    f"output of enqueue to dequeue."
+                )
             out[key] = shape.as_list()
         return out
 
@@ -214,8 +222,10 @@ class TPUEmbeddingV2(tf.Module):
           ValueError / TypeError: structure mismatch, non-tensor gradient or wrong gradient shape.
         """
         if not self._built:
-            raise RuntimeError("apply_gradients called on unbuilt TPUEmbeddingV2 object. Please either call the "
-                               "embedding lookup method first or manually call the build method.")
+            raise RuntimeError(
+                "apply_gradients called on unbuilt TPUEmbeddingV2 object. Please either call the "
+                "embedding lookup method first or manually call the build method."
+            )
         tf.nest.assert_same_structure(self._engine.feature_config, gradients)
         expected = [self._output_shapes[k].concatenate([self._dims[k]]) for k in self._paths]
         flat = mid_level.check_gradients(tf.nest.flatten(gradients), self._paths, expected)
@@ -230,10 +240,12 @@ class TPUEmbeddingV2(tf.Module):
     def _apply_merged(self, stacked: Dict[str, Any], preserved: Dict[str, Any]) -> None:
         self._apply_all(
             mid_level.local_values(self._strategy, stacked, self._num_replicas, "gradients", True),
-            mid_level.local_values(self._strategy, preserved, self._num_replicas, "preserved outputs", True))
+            mid_level.local_values(self._strategy, preserved, self._num_replicas, "preserved outputs", True),
+        )
 
-    def _stack_gradients(self, by_key: Dict[str, Optional[tf.Tensor]], preserved: Dict[str, Any]
-                         ) -> Dict[str, tf.Tensor]:
+    def _stack_gradients(
+        self, by_key: Dict[str, Optional[tf.Tensor]], preserved: Dict[str, Any]
+    ) -> Dict[str, tf.Tensor]:
         """Per table, the features' gradients as rows `[sample_count, dim]` in CSR sample order."""
         out = {}
         for name, table in self._engine.tables.items():
@@ -253,11 +265,16 @@ class TPUEmbeddingV2(tf.Module):
         if shape.is_fully_defined():
             return int(shape.num_elements())
         if len(missing) == 1:  # The rest of the table's samples.
-            given = [tf.size(by_key[k], out_type=tf.int32) // self._dims[k]
-                     for k in self._features_of_table[name] if by_key[k] is not None]
+            given = [
+                tf.size(by_key[k], out_type=tf.int32) // self._dims[k]
+                for k in self._features_of_table[name]
+                if by_key[k] is not None
+            ]
             return csr.sample_count - tf.add_n(given) if given else csr.sample_count
-        raise ValueError(f"No gradient for feature {key} whose output shape {shape} is not static: pass a zero "
-                         f"gradient instead of None.")
+        raise ValueError(
+            f"No gradient for feature {key} whose output shape {shape} is not static: pass a zero "
+            f"gradient instead of None."
+        )
 
     def _apply_all(self, per_stacked: List[Dict[str, Any]], per_preserved: List[Dict[str, Any]]) -> None:
         """One optimizer application per table over the contributions of every replica."""
@@ -286,8 +303,7 @@ def _csr(tensors: Any, name: str) -> PartitionedCsrFormatTensor:
     try:
         value = tensors[name]
     except KeyError:
-        raise ValueError(f"No preserved output for table '{name}'; pass the outputs of this object's lookup.") \
-            from None
+        raise ValueError(f"No preserved output for table '{name}'; pass the outputs of this object's lookup.") from None
     if not isinstance(value, PartitionedCsrFormatTensor):
         if isinstance(value, tuple) and len(value) == len(PartitionedCsrFormatTensor._fields):
             return PartitionedCsrFormatTensor(*value)
@@ -305,4 +321,3 @@ def _numel(shape: List[Any]) -> Any:
 def _host(device: str) -> str:
     spec = tf.DeviceSpec.from_string(device)
     return spec.replace(device_type="CPU", device_index=0).to_string()
-

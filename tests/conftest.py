@@ -1,8 +1,9 @@
 """Test-wide settings: quiet TensorFlow logs; 4 logical CPU devices for the eager multi-device tests."""
+
 import os
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tests import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tests import devices
 
 devices.logical_cpus()

@@ -2,6 +2,7 @@
 
 The public API mirrors `tf.compat.v1.estimator.tpu` and `tf.compat.v1.tpu`.
 """
+
 from tpu_estimator.context import TPUContext, UnsupportedOffTPUError
 from tpu_estimator.estimator import ExportSavedModelApiVersion, TPUEstimator
 from tpu_estimator.replication import CrossShardOptimizer, cross_replica_sum, outside_compilation
@@ -10,7 +11,16 @@ from tpu_estimator.spec import TPUEstimatorSpec
 from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, TPUConfig
 
 __all__ = [
-    'CrossShardOptimizer', 'ExportSavedModelApiVersion', 'InputPipelineConfig', 'RunConfig', 'TPUConfig',
-    'TPUContext', 'TPUEstimator', 'TPUEstimatorSpec', 'UnsupportedOffTPUError', 'cross_replica_sum',
-    'outside_compilation', 'rewrite',
+    "CrossShardOptimizer",
+    "ExportSavedModelApiVersion",
+    "InputPipelineConfig",
+    "RunConfig",
+    "TPUConfig",
+    "TPUContext",
+    "TPUEstimator",
+    "TPUEstimatorSpec",
+    "UnsupportedOffTPUError",
+    "cross_replica_sum",
+    "outside_compilation",
+    "rewrite",
 ]

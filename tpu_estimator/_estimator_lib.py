@@ -4,6 +4,7 @@ Everything the product takes from the estimator library (the `Estimator` base cl
 `RunConfig`, export helpers) is imported here and nowhere else, so that a later step can put our own Estimator
 core behind these names on TensorFlow releases that no longer ship `tf.estimator`.
 """
+
 from tensorflow_estimator.python.estimator import estimator as _estimator
 from tensorflow_estimator.python.estimator import model_fn as _model_fn
 from tensorflow_estimator.python.estimator import run_config as _run_config
@@ -21,4 +22,4 @@ fn_args = _util.fn_args
 parse_input_fn_result = _util.parse_input_fn_result
 export_lib = _export_lib
 export_output = _export_output
-verify_model_fn_args = _estimator._verify_model_fn_args  # pylint: disable=protected-access
+verify_model_fn_args = _estimator._verify_model_fn_args

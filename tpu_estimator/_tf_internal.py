@@ -2,6 +2,7 @@
 
 Everything else in `tpu_estimator` uses public TensorFlow APIs.
 """
+
 import contextlib
 import threading
 from typing import Callable, Iterator, List, Sequence
@@ -12,216 +13,234 @@ from tensorflow.python.ops import variable_scope as _variable_scope
 from tensorflow.python.tpu import tpu_function
 from tensorflow.python.tpu.ops import tpu_ops
 
-VARSTORE_KEY = _variable_scope._VARSTORE_KEY  # pylint: disable=protected-access
+VARSTORE_KEY = _variable_scope._VARSTORE_KEY
 
 _patch_lock = threading.Lock()
 _patch_depth = 0
 
 
 def copy_variable_store(collections: dict):
-  """A new `get_variable` store that knows the variables of the store in `collections` (if any)."""
-  store = _variable_scope._VariableStore()  # pylint: disable=protected-access
-  existing = collections.get(VARSTORE_KEY)
-  if existing:
-    store._vars = dict(existing[0]._vars)  # pylint: disable=protected-access
-    store._partitioned_vars = dict(existing[0]._partitioned_vars)  # pylint: disable=protected-access
-  return store
+    """A new `get_variable` store that knows the variables of the store in `collections` (if any)."""
+    store = _variable_scope._VariableStore()
+    existing = collections.get(VARSTORE_KEY)
+    if existing:
+        store._vars = dict(existing[0]._vars)
+        store._partitioned_vars = dict(existing[0]._partitioned_vars)
+    return store
 
 
 @contextlib.contextmanager
 def variable_creator_stack(graph: tf.Graph, stack: list) -> Iterator[None]:
-  """Gives the current thread the variable creator stack captured from another thread."""
-  old = graph._variable_creator_stack  # pylint: disable=protected-access
-  graph._variable_creator_stack = list(stack)  # pylint: disable=protected-access
-  try:
-    yield
-  finally:
-    graph._variable_creator_stack = old  # pylint: disable=protected-access
+    """Gives the current thread the variable creator stack captured from another thread."""
+    old = graph._variable_creator_stack
+    graph._variable_creator_stack = list(stack)
+    try:
+        yield
+    finally:
+        graph._variable_creator_stack = old
 
 
 @contextlib.contextmanager
 def tpu_shard_context(num_shards: int) -> Iterator[None]:
-  """Sets the (thread-local) shard count that upstream's CrossShardOptimizer reads."""
-  context = tpu_function.get_tpu_context()
-  old = context.number_of_shards
-  context.set_number_of_shards(num_shards)
-  try:
-    yield
-  finally:
-    context.set_number_of_shards(old)
+    """Sets the (thread-local) shard count that upstream's CrossShardOptimizer reads."""
+    context = tpu_function.get_tpu_context()
+    old = context.number_of_shards
+    context.set_number_of_shards(num_shards)
+    try:
+        yield
+    finally:
+        context.set_number_of_shards(old)
 
 
 @contextlib.contextmanager
 def cross_replica_sum_as_ours(ours: Callable) -> Iterator[None]:
-  """Routes upstream's `cross_replica_sum` op (no CPU/GPU kernel) to `ours` while replicas are built.
+    """Routes upstream's `cross_replica_sum` op (no CPU/GPU kernel) to `ours` while replicas are built.
 
-  `tf.compat.v1.tpu.cross_replica_sum` and upstream's `CrossShardOptimizer` both end in
-  `gen_tpu_ops.cross_replica_sum`, which we replace for the duration.
-  """
-  global _patch_depth
-  gen = tpu_ops.gen_tpu_ops
-  with _patch_lock:
-    if _patch_depth == 0:
-      cross_replica_sum_as_ours.original = gen.cross_replica_sum
-      gen.cross_replica_sum = lambda input, group_assignment, name=None: ours(  # pylint: disable=redefined-builtin
-          input, _groups_as_list(group_assignment), name)
-    _patch_depth += 1
-  try:
-    yield
-  finally:
+    `tf.compat.v1.tpu.cross_replica_sum` and upstream's `CrossShardOptimizer` both end in
+    `gen_tpu_ops.cross_replica_sum`, which we replace for the duration.
+    """
+    global _patch_depth
+    gen = tpu_ops.gen_tpu_ops
     with _patch_lock:
-      _patch_depth -= 1
-      if _patch_depth == 0:
-        gen.cross_replica_sum = cross_replica_sum_as_ours.original
+        if _patch_depth == 0:
+            cross_replica_sum_as_ours.original = gen.cross_replica_sum
+            gen.cross_replica_sum = lambda input, group_assignment, name=None: ours(
+                input, _groups_as_list(group_assignment), name
+            )
+        _patch_depth += 1
+    try:
+        yield
+    finally:
+        with _patch_lock:
+            _patch_depth -= 1
+            if _patch_depth == 0:
+                gen.cross_replica_sum = cross_replica_sum_as_ours.original
 
 
 def _groups_as_list(group_assignment):
-  if group_assignment is None:
-    return None
-  if isinstance(group_assignment, (tf.Tensor, tf.Variable)):
-    group_assignment = tf.get_static_value(group_assignment)
     if group_assignment is None:
-      raise ValueError('group_assignment of cross_replica_sum must be a constant.')
-  return [list(map(int, group)) for group in group_assignment]
+        return None
+    if isinstance(group_assignment, (tf.Tensor, tf.Variable)):
+        group_assignment = tf.get_static_value(group_assignment)
+        if group_assignment is None:
+            raise ValueError("group_assignment of cross_replica_sum must be a constant.")
+    return [list(map(int, group)) for group in group_assignment]
 
 
 def nccl_all_sum(values: Sequence[tf.Tensor], devices: Sequence[str]) -> List[tf.Tensor]:
-  """NCCL all-reduce sum of one tensor per GPU."""
-  from tensorflow.python.ops import nccl_ops  # pylint: disable=g-import-not-at-top
-  placed = []
-  for value, device in zip(values, devices):
-    with tf.device(device):
-      placed.append(tf.identity(value))
-  return nccl_ops.all_sum(placed)
+    """NCCL all-reduce sum of one tensor per GPU."""
+    from tensorflow.python.ops import nccl_ops
+
+    placed = []
+    for value, device in zip(values, devices):
+        with tf.device(device):
+            placed.append(tf.identity(value))
+    return nccl_ops.all_sum(placed)
 
 
 @contextlib.contextmanager
 def v1_control_flow() -> Iterator[None]:
-  """Builds `tf.compat.v1.while_loop`/`cond` as TF1 dataflow control flow for the duration.
+    """Builds `tf.compat.v1.while_loop`/`cond` as TF1 dataflow control flow for the duration.
 
-  The training loop needs TF1 loops: the loop body holds whole replicas, with `tf.gradients`, optimizer updates
-  of resource variables, and Python-side collections, and a session prunes what replica 0 does not need.
-  """
-  old = control_flow_util.ENABLE_CONTROL_FLOW_V2
-  control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
-  try:
-    yield
-  finally:
-    control_flow_util.ENABLE_CONTROL_FLOW_V2 = old
+    The training loop needs TF1 loops: the loop body holds whole replicas, with `tf.gradients`, optimizer updates
+    of resource variables, and Python-side collections, and a session prunes what replica 0 does not need.
+    """
+    old = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+    try:
+        yield
+    finally:
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = old
 
 
 def summary_writer_initializer_ops() -> list:
-  """The initialisers of the `tf.compat.v2.summary` writers created in the default graph."""
-  from tensorflow.python.ops import summary_ops_v2  # pylint: disable=g-import-not-at-top
-  return summary_ops_v2.summary_writer_initializer_op()
+    """The initialisers of the `tf.compat.v2.summary` writers created in the default graph."""
+    from tensorflow.python.ops import summary_ops_v2
+
+    return summary_ops_v2.summary_writer_initializer_op()
 
 
 def summary_writer_flush_ops(init_ops: list) -> list:
-  """Flush ops for the writers whose initialisers are `init_ops`."""
-  from tensorflow.python.ops import summary_ops_v2  # pylint: disable=g-import-not-at-top
-  return [summary_ops_v2.legacy_raw_flush(writer=op.inputs[0]) for op in init_ops]
+    """Flush ops for the writers whose initialisers are `init_ops`."""
+    from tensorflow.python.ops import summary_ops_v2
+
+    return [summary_ops_v2.legacy_raw_flush(writer=op.inputs[0]) for op in init_ops]
 
 
-_VARIABLE_WRITE_PREFIXES = ('Assign', 'ResourceApply', 'ResourceSparseApply', 'ResourceScatter')
+_VARIABLE_WRITE_PREFIXES = ("Assign", "ResourceApply", "ResourceSparseApply", "ResourceScatter")
 
 
 def order_variable_writes_after(tensors, candidate_ops) -> int:
-  """Makes the variable writes among `candidate_ops` wait for `tensors`, unless they feed them.
+    """Makes the variable writes among `candidate_ops` wait for `tensors`, unless they feed them.
 
-  On a TPU, every variable read inside a step sees the value from before the step, so a `host_call` that is
-  passed `global_step` sees the step being run. In a dataflow graph the read races with the update; this adds
-  control edges from the host-call tensors to the writes (skipping writes the tensors depend on).
+    On a TPU, every variable read inside a step sees the value from before the step, so a `host_call` that is
+    passed `global_step` sees the step being run. In a dataflow graph the read races with the update; this adds
+    control edges from the host-call tensors to the writes (skipping writes the tensors depend on).
 
-  Returns:
-    The number of writes that were ordered.
-  """
-  roots = [t.op if hasattr(t, 'op') else t for t in tensors]
-  ancestors = set()
-  stack = list(roots)
-  while stack:
-    op = stack.pop()
-    if op in ancestors:
-      continue
-    ancestors.add(op)
-    stack.extend(t.op for t in op.inputs)
-    stack.extend(op.control_inputs)
-  graph = roots[0].graph if roots else None
-  initializers = set()
-  if graph is not None:
-    for key in (tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.LOCAL_VARIABLES):
-      initializers.update(v.initializer for v in graph.get_collection(key))
-  context = roots[0]._get_control_flow_context() if roots else None  # pylint: disable=protected-access
-  count = 0
-  for op in candidate_ops:
-    if (op in ancestors or op in initializers or not op.type.startswith(_VARIABLE_WRITE_PREFIXES) or
-        op._get_control_flow_context() is not context):  # pylint: disable=protected-access
-      continue
-    op._add_control_inputs(roots)  # pylint: disable=protected-access
-    count += 1
-  return count
+    Returns:
+      The number of writes that were ordered.
+    """
+    roots = [t.op if hasattr(t, "op") else t for t in tensors]
+    ancestors = set()
+    stack = list(roots)
+    while stack:
+        op = stack.pop()
+        if op in ancestors:
+            continue
+        ancestors.add(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    graph = roots[0].graph if roots else None
+    initializers = set()
+    if graph is not None:
+        for key in (tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.LOCAL_VARIABLES):
+            initializers.update(v.initializer for v in graph.get_collection(key))
+    context = roots[0]._get_control_flow_context() if roots else None
+    count = 0
+    for op in candidate_ops:
+        if (
+            op in ancestors
+            or op in initializers
+            or not op.type.startswith(_VARIABLE_WRITE_PREFIXES)
+            or op._get_control_flow_context() is not context
+        ):
+            continue
+        op._add_control_inputs(roots)
+        count += 1
+    return count
 
 
 def is_tpu_embedding_column(column) -> bool:
-  """Whether `column` comes from `tf.tpu.experimental.embedding_column` / `shared_embedding_columns`."""
-  from tensorflow.python.tpu import feature_column as tpu_fc  # pylint: disable=g-import-not-at-top
-  from tensorflow.python.tpu import feature_column_v2 as tpu_fc_v2  # pylint: disable=g-import-not-at-top
-  classes = (tpu_fc._TPUEmbeddingColumn, tpu_fc._TPUSharedEmbeddingColumn,  # pylint: disable=protected-access
-             tpu_fc_v2._TPUEmbeddingColumnV2, tpu_fc_v2._TPUSharedEmbeddingColumnV2)  # pylint: disable=protected-access
-  return isinstance(column, classes)
+    """Whether `column` comes from `tf.tpu.experimental.embedding_column` / `shared_embedding_columns`."""
+    from tensorflow.python.tpu import feature_column as tpu_fc
+    from tensorflow.python.tpu import feature_column_v2 as tpu_fc_v2
+
+    classes = (
+        tpu_fc._TPUEmbeddingColumn,
+        tpu_fc._TPUSharedEmbeddingColumn,
+        tpu_fc_v2._TPUEmbeddingColumnV2,
+        tpu_fc_v2._TPUSharedEmbeddingColumnV2,
+    )
+    return isinstance(column, classes)
 
 
 def categorical_input_keys(categorical_column) -> list:
-  """The input feature keys a categorical column reads."""
-  spec = getattr(categorical_column, 'parse_example_spec', None)
-  if spec is None:
-    spec = categorical_column._parse_example_spec  # pylint: disable=protected-access
-  return list(spec)
+    """The input feature keys a categorical column reads."""
+    spec = getattr(categorical_column, "parse_example_spec", None)
+    if spec is None:
+        spec = categorical_column._parse_example_spec
+    return list(spec)
 
 
 def categorical_ids(categorical_column, features: dict):
-  """`(ids, weights)` SparseTensors of a categorical column on raw `features` (weights may be None).
+    """`(ids, weights)` SparseTensors of a categorical column on raw `features` (weights may be None).
 
-  Raises:
-    ValueError: the column needs a lookup table (vocabulary columns), which cannot be built per step.
-  """
-  from tensorflow.python.feature_column import feature_column_v2 as fc_lib  # pylint: disable=g-import-not-at-top
-  name = type(categorical_column).__name__
-  inner = getattr(categorical_column, 'categorical_column', None)
-  while inner is not None:
-    name = type(inner).__name__
-    inner = getattr(inner, 'categorical_column', None)
-  if 'Vocabulary' in name:
-    raise ValueError(
-        'TPU embedding column over {} ({}): vocabulary lookups cannot run in the training loop. Map strings to '
-        'ids in input_fn (e.g. with a tf.lookup table in Dataset.map) and use '
-        'categorical_column_with_identity.'.format(categorical_column.name, name))
-  cache = fc_lib.FeatureTransformationCache(features)
-  pair = categorical_column.get_sparse_tensors(cache, None)
-  return pair.id_tensor, pair.weight_tensor
+    Raises:
+      ValueError: the column needs a lookup table (vocabulary columns), which cannot be built per step.
+    """
+    from tensorflow.python.feature_column import feature_column_v2 as fc_lib
+
+    name = type(categorical_column).__name__
+    inner = getattr(categorical_column, "categorical_column", None)
+    while inner is not None:
+        name = type(inner).__name__
+        inner = getattr(inner, "categorical_column", None)
+    if "Vocabulary" in name:
+        raise ValueError(
+            "TPU embedding column over {} ({}): vocabulary lookups cannot run in the training loop. Map strings to "
+            "ids in input_fn (e.g. with a tf.lookup table in Dataset.map) and use "
+            "categorical_column_with_identity.".format(categorical_column.name, name)
+        )
+    cache = fc_lib.FeatureTransformationCache(features)
+    pair = categorical_column.get_sparse_tensors(cache, None)
+    return pair.id_tensor, pair.weight_tensor
 
 
 def embedding_variable_scopes(graph: tf.Graph) -> dict:
-  """`{embedding var name: (scope name, var name)}` that TPU embedding columns recorded in `model_fn`.
+    """`{embedding var name: (scope name, var name)}` that TPU embedding columns recorded in `model_fn`.
 
-  Upstream's columns record where their CPU-path variable would live, so TPU checkpoints use CPU names.
-  """
-  from tensorflow.python.tpu import feature_column as tpu_fc  # pylint: disable=g-import-not-at-top
-  collection = graph.get_collection(tpu_fc._TPU_FC_TO_SCOPE)  # pylint: disable=protected-access
-  return dict(collection[0]) if collection else {}
+    Upstream's columns record where their CPU-path variable would live, so TPU checkpoints use CPU names.
+    """
+    from tensorflow.python.tpu import feature_column as tpu_fc
+
+    collection = graph.get_collection(tpu_fc._TPU_FC_TO_SCOPE)
+    return dict(collection[0]) if collection else {}
 
 
 def clear_embedding_variable_scopes(graph: tf.Graph) -> None:
-  from tensorflow.python.tpu import feature_column as tpu_fc  # pylint: disable=g-import-not-at-top
-  graph.clear_collection(tpu_fc._TPU_FC_TO_SCOPE)  # pylint: disable=protected-access
+    from tensorflow.python.tpu import feature_column as tpu_fc
+
+    graph.clear_collection(tpu_fc._TPU_FC_TO_SCOPE)
 
 
 def mark_for_xla_compilation(ops) -> None:
-  """Asks TensorFlow's XLA auto-clustering to compile `ops` (what `tf.xla.experimental.jit_scope` marks).
+    """Asks TensorFlow's XLA auto-clustering to compile `ops` (what `tf.xla.experimental.jit_scope` marks).
 
-  Ops XLA cannot compile (input, queues, summaries) stay TensorFlow ops; each device gets its own clusters.
-  """
-  from tensorflow.core.framework import attr_value_pb2  # pylint: disable=g-import-not-at-top
-  for op in ops:
-    op._set_attr('_XlaCompile', attr_value_pb2.AttrValue(b=True))  # pylint: disable=protected-access
-    scope = op.device or 'host'
-    op._set_attr('_XlaScope', attr_value_pb2.AttrValue(s=scope.encode()))  # pylint: disable=protected-access
+    Ops XLA cannot compile (input, queues, summaries) stay TensorFlow ops; each device gets its own clusters.
+    """
+    from tensorflow.core.framework import attr_value_pb2
+
+    for op in ops:
+        op._set_attr("_XlaCompile", attr_value_pb2.AttrValue(b=True))
+        scope = op.device or "host"
+        op._set_attr("_XlaScope", attr_value_pb2.AttrValue(s=scope.encode()))

@@ -23,350 +23,379 @@ import yaml
 
 from tpu_estimator.data import criteo as _criteo
 
-DENSE_OPTIMIZERS = ('sgd', 'momentum', 'adagrad', 'adam', 'rmsprop', 'ftrl')
+DENSE_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl")
 
 # Arguments of the embedding optimizers (names as in upstream's `*Parameters` classes) and their types.
 _COMMON_EMBEDDING_ARGS = {
-    'use_gradient_accumulation': bool, 'clip_weight_min': float, 'clip_weight_max': float,
-    'weight_decay_factor': float, 'multiply_weight_decay_factor_by_learning_rate': bool,
-    'clip_gradient_min': float, 'clip_gradient_max': float,
+    "use_gradient_accumulation": bool,
+    "clip_weight_min": float,
+    "clip_weight_max": float,
+    "weight_decay_factor": float,
+    "multiply_weight_decay_factor_by_learning_rate": bool,
+    "clip_gradient_min": float,
+    "clip_gradient_max": float,
 }
 EMBEDDING_OPTIMIZER_ARGS: Dict[str, Dict[str, type]] = {
-    'sgd': {},
-    'adagrad': {'initial_accumulator': float},
-    'adagrad_momentum': {'momentum': float, 'use_nesterov': bool, 'exponent': float, 'beta2': float,
-                         'epsilon': float},
-    'adam': {'beta1': float, 'beta2': float, 'epsilon': float, 'lazy_adam': bool, 'sum_inside_sqrt': bool},
-    'ftrl': {'learning_rate_power': float, 'initial_accumulator_value': float,
-             'l1_regularization_strength': float, 'l2_regularization_strength': float,
-             'multiply_linear_by_learning_rate': bool, 'beta': float, 'allow_zero_accumulator': bool},
+    "sgd": {},
+    "adagrad": {"initial_accumulator": float},
+    "adagrad_momentum": {"momentum": float, "use_nesterov": bool, "exponent": float, "beta2": float, "epsilon": float},
+    "adam": {"beta1": float, "beta2": float, "epsilon": float, "lazy_adam": bool, "sum_inside_sqrt": bool},
+    "ftrl": {
+        "learning_rate_power": float,
+        "initial_accumulator_value": float,
+        "l1_regularization_strength": float,
+        "l2_regularization_strength": float,
+        "multiply_linear_by_learning_rate": bool,
+        "beta": float,
+        "allow_zero_accumulator": bool,
+    },
 }
 for _args in EMBEDDING_OPTIMIZER_ARGS.values():
-  _args.update(_COMMON_EMBEDDING_ARGS)
+    _args.update(_COMMON_EMBEDDING_ARGS)
 DENSE_OPTIMIZER_ARGS: Dict[str, Dict[str, type]] = {
-    'sgd': {},
-    'momentum': {'momentum': float, 'use_nesterov': bool},
-    'adagrad': {'initial_accumulator_value': float},
-    'adam': {'beta1': float, 'beta2': float, 'epsilon': float},
-    'rmsprop': {'decay': float, 'momentum': float, 'epsilon': float, 'centered': bool},
-    'ftrl': {'learning_rate_power': float, 'initial_accumulator_value': float,
-             'l1_regularization_strength': float, 'l2_regularization_strength': float},
+    "sgd": {},
+    "momentum": {"momentum": float, "use_nesterov": bool},
+    "adagrad": {"initial_accumulator_value": float},
+    "adam": {"beta1": float, "beta2": float, "epsilon": float},
+    "rmsprop": {"decay": float, "momentum": float, "epsilon": float, "centered": bool},
+    "ftrl": {
+        "learning_rate_power": float,
+        "initial_accumulator_value": float,
+        "l1_regularization_strength": float,
+        "l2_regularization_strength": float,
+    },
 }
 
 Scalar = Union[bool, int, float, str]
-InputPipeline = Union[bool, Literal['PER_SHARD_V1', 'PER_HOST_V1', 'PER_HOST_V2', 'BROADCAST']]
+InputPipeline = Union[bool, Literal["PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2", "BROADCAST"]]
 
 
 @dataclasses.dataclass
 class ModelConfig:
-  """The built-in model.
+    """The built-in model.
 
-  Attributes:
-    name: 'dlrm' or 'wide_deep'.
-    embedding_dim: default dimension of every categorical feature's embedding.
-    bottom_mlp: DLRM: hidden layers applied to the dense features (the last must equal `embedding_dim` for the
-      'dot' interaction); wide_deep: unused.
-    top_mlp: hidden layers after the interaction (DLRM) or of the deep tower (wide_deep); the 1-unit logit layer
-      is added after them.
-    interaction: DLRM feature interaction: 'dot' (pairwise dot products) or 'cat' (concatenation).
-  """
-  name: Literal['dlrm', 'wide_deep'] = 'dlrm'
-  embedding_dim: int = 16
-  bottom_mlp: List[int] = dataclasses.field(default_factory=lambda: [64, 16])
-  top_mlp: List[int] = dataclasses.field(default_factory=lambda: [64, 32])
-  interaction: Literal['dot', 'cat'] = 'dot'
+    Attributes:
+      name: 'dlrm' or 'wide_deep'.
+      embedding_dim: default dimension of every categorical feature's embedding.
+      bottom_mlp: DLRM: hidden layers applied to the dense features (the last must equal `embedding_dim` for the
+        'dot' interaction); wide_deep: unused.
+      top_mlp: hidden layers after the interaction (DLRM) or of the deep tower (wide_deep); the 1-unit logit layer
+        is added after them.
+      interaction: DLRM feature interaction: 'dot' (pairwise dot products) or 'cat' (concatenation).
+    """
+
+    name: Literal["dlrm", "wide_deep"] = "dlrm"
+    embedding_dim: int = 16
+    bottom_mlp: List[int] = dataclasses.field(default_factory=lambda: [64, 16])
+    top_mlp: List[int] = dataclasses.field(default_factory=lambda: [64, 32])
+    interaction: Literal["dot", "cat"] = "dot"
 
 
 @dataclasses.dataclass
 class DataConfig:
-  """Where examples come from (see `tpu_estimator.data`).
+    """Where examples come from (see `tpu_estimator.data`).
 
-  Attributes:
-    source: 'synthetic' (generated), 'tsv' (Criteo text files) or 'tfrecord' (`tf.train.Example` files).
-    train_paths: files or glob patterns of training data (tsv/tfrecord).
-    eval_paths: files or glob patterns of evaluation data (tsv/tfrecord; default: `train_paths`).
-    num_examples: synthetic training examples (None = endless stream).
-    eval_num_examples: synthetic evaluation examples (drawn after the training ones).
-    seed: synthetic data seed (also the shuffle seed).
-    vocab_sizes: hash buckets for the 26 categorical features; default `criteo_cardinalities(max_vocab)`.
-    max_vocab: cap on the Criteo cardinalities (used when `vocab_sizes` is not given).
-    skip_malformed: skip malformed TSV lines instead of failing.
-    shuffle: shuffle training files and examples.
-    shuffle_buffer_size: examples in the shuffle buffer.
-    compression: compression of tsv/tfrecord files: '', 'GZIP' or 'ZLIB'.
-  """
-  source: Literal['synthetic', 'tsv', 'tfrecord'] = 'synthetic'
-  train_paths: List[str] = dataclasses.field(default_factory=list)
-  eval_paths: List[str] = dataclasses.field(default_factory=list)
-  num_examples: Optional[int] = None
-  eval_num_examples: int = 10000
-  seed: int = 0
-  vocab_sizes: Optional[List[int]] = None
-  max_vocab: Optional[int] = 100000
-  skip_malformed: bool = False
-  shuffle: bool = True
-  shuffle_buffer_size: int = 10000
-  compression: Literal['', 'GZIP', 'ZLIB'] = ''
+    Attributes:
+      source: 'synthetic' (generated), 'tsv' (Criteo text files) or 'tfrecord' (`tf.train.Example` files).
+      train_paths: files or glob patterns of training data (tsv/tfrecord).
+      eval_paths: files or glob patterns of evaluation data (tsv/tfrecord; default: `train_paths`).
+      num_examples: synthetic training examples (None = endless stream).
+      eval_num_examples: synthetic evaluation examples (drawn after the training ones).
+      seed: synthetic data seed (also the shuffle seed).
+      vocab_sizes: hash buckets for the 26 categorical features; default `criteo_cardinalities(max_vocab)`.
+      max_vocab: cap on the Criteo cardinalities (used when `vocab_sizes` is not given).
+      skip_malformed: skip malformed TSV lines instead of failing.
+      shuffle: shuffle training files and examples.
+      shuffle_buffer_size: examples in the shuffle buffer.
+      compression: compression of tsv/tfrecord files: '', 'GZIP' or 'ZLIB'.
+    """
 
-  def resolved_vocab_sizes(self) -> List[int]:
-    """The 26 vocabulary sizes: `vocab_sizes`, or the Criteo cardinalities capped at `max_vocab`."""
-    if self.vocab_sizes is not None:
-      return list(self.vocab_sizes)
-    return _criteo.criteo_cardinalities(max_vocab=self.max_vocab)
+    source: Literal["synthetic", "tsv", "tfrecord"] = "synthetic"
+    train_paths: List[str] = dataclasses.field(default_factory=list)
+    eval_paths: List[str] = dataclasses.field(default_factory=list)
+    num_examples: Optional[int] = None
+    eval_num_examples: int = 10000
+    seed: int = 0
+    vocab_sizes: Optional[List[int]] = None
+    max_vocab: Optional[int] = 100000
+    skip_malformed: bool = False
+    shuffle: bool = True
+    shuffle_buffer_size: int = 10000
+    compression: Literal["", "GZIP", "ZLIB"] = ""
+
+    def resolved_vocab_sizes(self) -> List[int]:
+        """The 26 vocabulary sizes: `vocab_sizes`, or the Criteo cardinalities capped at `max_vocab`."""
+        if self.vocab_sizes is not None:
+            return list(self.vocab_sizes)
+        return _criteo.criteo_cardinalities(max_vocab=self.max_vocab)
 
 
 @dataclasses.dataclass
 class DenseOptimizerConfig:
-  """The optimizer of the model's dense variables.
+    """The optimizer of the model's dense variables.
 
-  Attributes:
-    name: one of `DENSE_OPTIMIZERS`.
-    learning_rate: learning rate.
-    args: further constructor arguments, checked against `DENSE_OPTIMIZER_ARGS[name]`.
-  """
-  name: Literal[DENSE_OPTIMIZERS] = 'adam'  # type: ignore[valid-type]
-  learning_rate: float = 0.001
-  args: Dict[str, Scalar] = dataclasses.field(default_factory=dict)
+    Attributes:
+      name: one of `DENSE_OPTIMIZERS`.
+      learning_rate: learning rate.
+      args: further constructor arguments, checked against `DENSE_OPTIMIZER_ARGS[name]`.
+    """
+
+    name: Literal[DENSE_OPTIMIZERS] = "adam"  # type: ignore[valid-type]
+    learning_rate: float = 0.001
+    args: Dict[str, Scalar] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class EmbeddingOptimizerConfig:
-  """The embedding optimizer (`optimization_parameters` of `EmbeddingConfigSpec`).
+    """The embedding optimizer (`optimization_parameters` of `EmbeddingConfigSpec`).
 
-  Attributes:
-    name: one of `EMBEDDING_OPTIMIZER_ARGS`.
-    learning_rate: learning rate.
-    args: further arguments, checked against `EMBEDDING_OPTIMIZER_ARGS[name]` (e.g. adagrad
-      `initial_accumulator`, adam `beta1`/`beta2`/`epsilon`/`lazy_adam`, `clip_weight_min`).
-  """
-  name: Literal[tuple(EMBEDDING_OPTIMIZER_ARGS)] = 'adagrad'  # type: ignore[valid-type]
-  learning_rate: float = 0.05
-  args: Dict[str, Scalar] = dataclasses.field(default_factory=dict)
+    Attributes:
+      name: one of `EMBEDDING_OPTIMIZER_ARGS`.
+      learning_rate: learning rate.
+      args: further arguments, checked against `EMBEDDING_OPTIMIZER_ARGS[name]` (e.g. adagrad
+        `initial_accumulator`, adam `beta1`/`beta2`/`epsilon`/`lazy_adam`, `clip_weight_min`).
+    """
+
+    name: Literal[tuple(EMBEDDING_OPTIMIZER_ARGS)] = "adagrad"  # type: ignore[valid-type]
+    learning_rate: float = 0.05
+    args: Dict[str, Scalar] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class OptimizerConfig:
-  """Dense and embedding optimizers."""
-  dense: DenseOptimizerConfig = dataclasses.field(default_factory=DenseOptimizerConfig)
-  embedding: EmbeddingOptimizerConfig = dataclasses.field(default_factory=EmbeddingOptimizerConfig)
+    """Dense and embedding optimizers."""
+
+    dense: DenseOptimizerConfig = dataclasses.field(default_factory=DenseOptimizerConfig)
+    embedding: EmbeddingOptimizerConfig = dataclasses.field(default_factory=EmbeddingOptimizerConfig)
 
 
 @dataclasses.dataclass
 class TableOverride:
-  """Per-feature overrides of the embedding table settings (None = the default).
+    """Per-feature overrides of the embedding table settings (None = the default).
 
-  Attributes:
-    dim: embedding dimension.
-    combiner: 'mean', 'sum' or 'sqrtn'.
-    vocab_size: vocabulary size (the hash buckets of the feature).
-  """
-  dim: Optional[int] = None
-  combiner: Optional[Literal['mean', 'sum', 'sqrtn']] = None
-  vocab_size: Optional[int] = None
+    Attributes:
+      dim: embedding dimension.
+      combiner: 'mean', 'sum' or 'sqrtn'.
+      vocab_size: vocabulary size (the hash buckets of the feature).
+    """
+
+    dim: Optional[int] = None
+    combiner: Optional[Literal["mean", "sum", "sqrtn"]] = None
+    vocab_size: Optional[int] = None
 
 
 @dataclasses.dataclass
 class EmbeddingConfig:
-  """Embedding tables: one per categorical feature `cat_0`..`cat_25`.
+    """Embedding tables: one per categorical feature `cat_0`..`cat_25`.
 
-  Attributes:
-    combiner: default combiner.
-    tables: overrides keyed by feature name (`cat_3: {dim: 8}`).
-  """
-  combiner: Literal['mean', 'sum', 'sqrtn'] = 'mean'
-  tables: Dict[str, TableOverride] = dataclasses.field(default_factory=dict)
+    Attributes:
+      combiner: default combiner.
+      tables: overrides keyed by feature name (`cat_3: {dim: 8}`).
+    """
+
+    combiner: Literal["mean", "sum", "sqrtn"] = "mean"
+    tables: Dict[str, TableOverride] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class TrainConfig:
-  """Training.
+    """Training.
 
-  Attributes:
-    batch_size: global training batch size (divisible by `tpu.num_shards`).
-    steps: training steps.
-    eval_every_steps: evaluate every this many steps in train-and-evaluate (None = only at the end).
-    save_checkpoints_steps: checkpoint every this many steps.
-    log_step_count_steps: log loss and steps/sec every this many steps.
-  """
-  batch_size: int = 256
-  steps: int = 1000
-  eval_every_steps: Optional[int] = None
-  save_checkpoints_steps: int = 1000
-  log_step_count_steps: int = 100
+    Attributes:
+      batch_size: global training batch size (divisible by `tpu.num_shards`).
+      steps: training steps.
+      eval_every_steps: evaluate every this many steps in train-and-evaluate (None = only at the end).
+      save_checkpoints_steps: checkpoint every this many steps.
+      log_step_count_steps: log loss and steps/sec every this many steps.
+    """
+
+    batch_size: int = 256
+    steps: int = 1000
+    eval_every_steps: Optional[int] = None
+    save_checkpoints_steps: int = 1000
+    log_step_count_steps: int = 100
 
 
 @dataclasses.dataclass
 class EvalConfig:
-  """Evaluation.
+    """Evaluation.
 
-  Attributes:
-    batch_size: global evaluation batch size (divisible by `tpu.num_shards`).
-    steps: evaluation steps (None = until the evaluation data ends).
-  """
-  batch_size: int = 256
-  steps: Optional[int] = 100
+    Attributes:
+      batch_size: global evaluation batch size (divisible by `tpu.num_shards`).
+      steps: evaluation steps (None = until the evaluation data ends).
+    """
+
+    batch_size: int = 256
+    steps: Optional[int] = 100
 
 
 @dataclasses.dataclass
 class TPUConfig:
-  """Shards and loops (`tpu_config.TPUConfig`).
+    """Shards and loops (`tpu_config.TPUConfig`).
 
-  Attributes:
-    num_shards: number of shards (devices) a step runs on.
-    iterations_per_loop: steps per in-graph training loop.
-    per_host_input_for_training: True/False (PER_HOST_V1/PER_SHARD_V1) or an `InputPipelineConfig` name.
-    partition_strategy: embedding table partitioning across shards, 'div' or 'mod'.
-  """
-  num_shards: int = 1
-  iterations_per_loop: int = 100
-  per_host_input_for_training: InputPipeline = 'PER_HOST_V2'
-  partition_strategy: Literal['div', 'mod'] = 'div'
+    Attributes:
+      num_shards: number of shards (devices) a step runs on.
+      iterations_per_loop: steps per in-graph training loop.
+      per_host_input_for_training: True/False (PER_HOST_V1/PER_SHARD_V1) or an `InputPipelineConfig` name.
+      partition_strategy: embedding table partitioning across shards, 'div' or 'mod'.
+    """
+
+    num_shards: int = 1
+    iterations_per_loop: int = 100
+    per_host_input_for_training: InputPipeline = "PER_HOST_V2"
+    partition_strategy: Literal["div", "mod"] = "div"
 
 
 @dataclasses.dataclass
 class ExportConfig:
-  """SavedModel export.
+    """SavedModel export.
 
-  Attributes:
-    dir: export base directory (None = `{model_dir}/export`, no export when `model_dir` is None too).
-    export_to_tpu: also write the `{serve, tpu}` graph.
-  """
-  dir: Optional[str] = None
-  export_to_tpu: bool = False
+    Attributes:
+      dir: export base directory (None = `{model_dir}/export`, no export when `model_dir` is None too).
+      export_to_tpu: also write the `{serve, tpu}` graph.
+    """
+
+    dir: Optional[str] = None
+    export_to_tpu: bool = False
 
 
 @dataclasses.dataclass
 class Config:
-  """A whole run: `load_config('configs/dlrm_demo.yaml')`."""
-  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-  data: DataConfig = dataclasses.field(default_factory=DataConfig)
-  optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
-  embedding: EmbeddingConfig = dataclasses.field(default_factory=EmbeddingConfig)
-  train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
-  eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-  tpu: TPUConfig = dataclasses.field(default_factory=TPUConfig)
-  model_dir: Optional[str] = None
-  export: ExportConfig = dataclasses.field(default_factory=ExportConfig)
+    """A whole run: `load_config('configs/dlrm_demo.yaml')`."""
 
-  def table_settings(self, feature: str) -> Dict[str, Any]:
-    """`{'dim', 'combiner', 'vocab_size'}` of `feature` after applying its override."""
-    index = _criteo.CATEGORICAL_FEATURE_NAMES.index(feature)
-    override = self.embedding.tables.get(feature, TableOverride())
-    return {
-        'dim': override.dim if override.dim is not None else self.model.embedding_dim,
-        'combiner': override.combiner or self.embedding.combiner,
-        'vocab_size': (override.vocab_size if override.vocab_size is not None
-                       else self.data.resolved_vocab_sizes()[index]),
-    }
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    embedding: EmbeddingConfig = dataclasses.field(default_factory=EmbeddingConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    tpu: TPUConfig = dataclasses.field(default_factory=TPUConfig)
+    model_dir: Optional[str] = None
+    export: ExportConfig = dataclasses.field(default_factory=ExportConfig)
+
+    def table_settings(self, feature: str) -> Dict[str, Any]:
+        """`{'dim', 'combiner', 'vocab_size'}` of `feature` after applying its override."""
+        index = _criteo.CATEGORICAL_FEATURE_NAMES.index(feature)
+        override = self.embedding.tables.get(feature, TableOverride())
+        return {
+            "dim": override.dim if override.dim is not None else self.model.embedding_dim,
+            "combiner": override.combiner or self.embedding.combiner,
+            "vocab_size": (
+                override.vocab_size if override.vocab_size is not None else self.data.resolved_vocab_sizes()[index]
+            ),
+        }
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Generic typed conversion.
 
 
-_YAML11_FLOAT = re.compile(r'[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+')
+_YAML11_FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 
 
 def _describe(value: Any) -> str:
-  return 'null' if value is None else f'{type(value).__name__} {value!r}'
+    return "null" if value is None else f"{type(value).__name__} {value!r}"
 
 
 def _type_name(tp: Any) -> str:
-  origin = typing.get_origin(tp)
-  if tp is type(None):
-    return 'null'
-  if origin is Union:
-    args = typing.get_args(tp)
-    names = [_type_name(a) for a in args if a is not type(None)]
-    return ' or '.join(names + (['null'] if type(None) in args else []))
-  if origin is Literal:
-    return 'one of ' + ', '.join(repr(a) for a in typing.get_args(tp))
-  if origin in (list, List):
-    return f'list of {_type_name(typing.get_args(tp)[0])}'
-  if origin in (dict, Dict):
-    return 'mapping'
-  if dataclasses.is_dataclass(tp):
-    return 'mapping'
-  return getattr(tp, '__name__', str(tp))
+    origin = typing.get_origin(tp)
+    if tp is type(None):
+        return "null"
+    if origin is Union:
+        args = typing.get_args(tp)
+        names = [_type_name(a) for a in args if a is not type(None)]
+        return " or ".join(names + (["null"] if type(None) in args else []))
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (list, List):
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin in (dict, Dict):
+        return "mapping"
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return getattr(tp, "__name__", str(tp))
 
 
 def _join(path: str, key: Any) -> str:
-  return f'{path}.{key}' if path else str(key)
+    return f"{path}.{key}" if path else str(key)
 
 
 def _convert(value: Any, tp: Any, path: str) -> Any:
-  """Checks `value` against type `tp` and returns the typed value; ValueError names `path`."""
-  where = path or '<root>'
-  origin = typing.get_origin(tp)
-  if dataclasses.is_dataclass(tp):
-    if value is None:
-      value = {}
-    if not isinstance(value, Mapping):
-      raise ValueError(f'{where}: expected a mapping, got {_describe(value)}')
-    hints = typing.get_type_hints(tp)
-    names = [f.name for f in dataclasses.fields(tp)]
-    for key in value:
-      if key not in names:
-        raise ValueError(f'{_join(path, key)}: unknown key (allowed: {", ".join(names)})')
-    kwargs = {k: _convert(v, hints[k], _join(path, k)) for k, v in value.items()}
-    return tp(**kwargs)
-  if origin is Union:
-    args = typing.get_args(tp)
-    if value is None and type(None) in args:
-      return None
-    errors = []
-    for arg in args:
-      if arg is type(None):
-        continue
-      try:
-        return _convert(value, arg, path)
-      except ValueError as e:
-        errors.append(e)
-    if len(errors) == 1 and not str(errors[0]).startswith(f'{where}: expected'):
-      raise errors[0]  # a problem deeper inside the value: keep its path
-    raise ValueError(f'{where}: expected {_type_name(tp)}, got {_describe(value)}')
-  if origin is Literal:
-    choices = typing.get_args(tp)
-    if isinstance(value, bool) or value not in choices or isinstance(value, (int, float)) != any(
-        isinstance(c, (int, float)) for c in choices):
-      raise ValueError(f'{where}: expected {_type_name(tp)}, got {_describe(value)}')
-    return value
-  if origin in (list, List):
-    if not isinstance(value, (list, tuple)):
-      raise ValueError(f'{where}: expected {_type_name(tp)}, got {_describe(value)}')
-    (item,) = typing.get_args(tp)
-    return [_convert(v, item, f'{path}[{i}]') for i, v in enumerate(value)]
-  if origin in (dict, Dict):
-    if value is None:
-      return {}
-    if not isinstance(value, Mapping):
-      raise ValueError(f'{where}: expected a mapping, got {_describe(value)}')
-    key_tp, value_tp = typing.get_args(tp)
-    out = {}
-    for k, v in value.items():
-      if not isinstance(k, str):
-        raise ValueError(f'{_join(path, k)}: keys must be strings, got {_describe(k)}')
-      out[k] = _convert(v, value_tp, _join(path, k))
-    return out
-  if tp is bool:
-    if not isinstance(value, bool):
-      raise ValueError(f'{where}: expected bool, got {_describe(value)}')
-    return value
-  if tp is int:
-    if isinstance(value, bool) or not isinstance(value, int):
-      raise ValueError(f'{where}: expected int, got {_describe(value)}')
-    return value
-  if tp is float:
-    if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
-      return float(value)  # YAML 1.2 float that PyYAML (YAML 1.1) reads as a string, e.g. 1e-3
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-      raise ValueError(f'{where}: expected float, got {_describe(value)}')
-    return float(value)
-  if tp is str:
-    if not isinstance(value, str):
-      raise ValueError(f'{where}: expected str, got {_describe(value)}')
-    return value
-  raise TypeError(f'{where}: unsupported type {tp}')  # a bug in the schema, not in the file
+    """Checks `value` against type `tp` and returns the typed value; ValueError names `path`."""
+    where = path or "<root>"
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if value is None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where}: expected a mapping, got {_describe(value)}")
+        hints = typing.get_type_hints(tp)
+        names = [f.name for f in dataclasses.fields(tp)]
+        for key in value:
+            if key not in names:
+                raise ValueError(f"{_join(path, key)}: unknown key (allowed: {', '.join(names)})")
+        kwargs = {k: _convert(v, hints[k], _join(path, k)) for k, v in value.items()}
+        return tp(**kwargs)
+    if origin is Union:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, path)
+            except ValueError as e:
+                errors.append(e)
+        if len(errors) == 1 and not str(errors[0]).startswith(f"{where}: expected"):
+            raise errors[0]  # a problem deeper inside the value: keep its path
+        raise ValueError(f"{where}: expected {_type_name(tp)}, got {_describe(value)}")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if (
+            isinstance(value, bool)
+            or value not in choices
+            or isinstance(value, (int, float)) != any(isinstance(c, (int, float)) for c in choices)
+        ):
+            raise ValueError(f"{where}: expected {_type_name(tp)}, got {_describe(value)}")
+        return value
+    if origin in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{where}: expected {_type_name(tp)}, got {_describe(value)}")
+        (item,) = typing.get_args(tp)
+        return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin in (dict, Dict):
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where}: expected a mapping, got {_describe(value)}")
+        key_tp, value_tp = typing.get_args(tp)
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"{_join(path, k)}: keys must be strings, got {_describe(k)}")
+            out[k] = _convert(v, value_tp, _join(path, k))
+        return out
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected bool, got {_describe(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where}: expected int, got {_describe(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+            return float(value)  # YAML 1.2 float that PyYAML (YAML 1.1) reads as a string, e.g. 1e-3
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where}: expected float, got {_describe(value)}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: expected str, got {_describe(value)}")
+        return value
+    raise TypeError(f"{where}: unsupported type {tp}")  # a bug in the schema, not in the file
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -374,80 +403,88 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
 
 
 def _positive(value: Optional[int], path: str, allow_none: bool = False) -> None:
-  if value is None and allow_none:
-    return
-  if value is None or value <= 0:
-    raise ValueError(f'{path}: must be positive, got {value!r}')
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise ValueError(f"{path}: must be positive, got {value!r}")
 
 
 def _check_args(args: Dict[str, Any], allowed: Dict[str, type], name: str, path: str) -> None:
-  for key, value in args.items():
-    if key not in allowed:
-      raise ValueError(f'{path}.{key}: unknown argument for optimizer {name!r} '
-                       f'(allowed: {", ".join(sorted(allowed)) or "none"})')
-    args[key] = _convert(value, allowed[key], f'{path}.{key}')
+    for key, value in args.items():
+        if key not in allowed:
+            raise ValueError(
+                f"{path}.{key}: unknown argument for optimizer {name!r} "
+                f"(allowed: {', '.join(sorted(allowed)) or 'none'})"
+            )
+        args[key] = _convert(value, allowed[key], f"{path}.{key}")
 
 
 def _validate(config: Config) -> Config:
-  m = config.model
-  _positive(m.embedding_dim, 'model.embedding_dim')
-  for name in ('bottom_mlp', 'top_mlp'):
-    for i, units in enumerate(getattr(m, name)):
-      _positive(units, f'model.{name}[{i}]')
-  if m.name == 'dlrm' and m.interaction == 'dot':
-    if not m.bottom_mlp:
-      raise ValueError('model.bottom_mlp: dlrm with dot interaction needs a bottom MLP ending in '
-                       f'model.embedding_dim ({m.embedding_dim}) units')
-    if m.bottom_mlp[-1] != m.embedding_dim:
-      raise ValueError(f'model.bottom_mlp: last layer ({m.bottom_mlp[-1]}) must equal model.embedding_dim '
-                       f'({m.embedding_dim}) for dlrm with dot interaction')
+    m = config.model
+    _positive(m.embedding_dim, "model.embedding_dim")
+    for name in ("bottom_mlp", "top_mlp"):
+        for i, units in enumerate(getattr(m, name)):
+            _positive(units, f"model.{name}[{i}]")
+    if m.name == "dlrm" and m.interaction == "dot":
+        if not m.bottom_mlp:
+            raise ValueError(
+                "model.bottom_mlp: dlrm with dot interaction needs a bottom MLP ending in "
+                f"model.embedding_dim ({m.embedding_dim}) units"
+            )
+        if m.bottom_mlp[-1] != m.embedding_dim:
+            raise ValueError(
+                f"model.bottom_mlp: last layer ({m.bottom_mlp[-1]}) must equal model.embedding_dim "
+                f"({m.embedding_dim}) for dlrm with dot interaction"
+            )
 
-  d = config.data
-  if d.source != 'synthetic' and not d.train_paths:
-    raise ValueError(f'data.train_paths: required for data.source {d.source!r}')
-  _positive(d.num_examples, 'data.num_examples', allow_none=True)
-  _positive(d.eval_num_examples, 'data.eval_num_examples')
-  _positive(d.max_vocab, 'data.max_vocab', allow_none=True)
-  _positive(d.shuffle_buffer_size, 'data.shuffle_buffer_size')
-  if d.seed < 0:
-    raise ValueError(f'data.seed: must be non-negative, got {d.seed}')
-  if d.vocab_sizes is not None:
-    if len(d.vocab_sizes) != _criteo.NUM_CATEGORICAL_FEATURES:
-      raise ValueError(f'data.vocab_sizes: expected {_criteo.NUM_CATEGORICAL_FEATURES} entries, '
-                       f'got {len(d.vocab_sizes)}')
-    for i, v in enumerate(d.vocab_sizes):
-      _positive(v, f'data.vocab_sizes[{i}]')
+    d = config.data
+    if d.source != "synthetic" and not d.train_paths:
+        raise ValueError(f"data.train_paths: required for data.source {d.source!r}")
+    _positive(d.num_examples, "data.num_examples", allow_none=True)
+    _positive(d.eval_num_examples, "data.eval_num_examples")
+    _positive(d.max_vocab, "data.max_vocab", allow_none=True)
+    _positive(d.shuffle_buffer_size, "data.shuffle_buffer_size")
+    if d.seed < 0:
+        raise ValueError(f"data.seed: must be non-negative, got {d.seed}")
+    if d.vocab_sizes is not None:
+        if len(d.vocab_sizes) != _criteo.NUM_CATEGORICAL_FEATURES:
+            raise ValueError(
+                f"data.vocab_sizes: expected {_criteo.NUM_CATEGORICAL_FEATURES} entries, got {len(d.vocab_sizes)}"
+            )
+        for i, v in enumerate(d.vocab_sizes):
+            _positive(v, f"data.vocab_sizes[{i}]")
 
-  for kind, allowed in (('dense', DENSE_OPTIMIZER_ARGS), ('embedding', EMBEDDING_OPTIMIZER_ARGS)):
-    opt = getattr(config.optimizer, kind)
-    if opt.learning_rate <= 0:
-      raise ValueError(f'optimizer.{kind}.learning_rate: must be positive, got {opt.learning_rate}')
-    _check_args(opt.args, allowed[opt.name], opt.name, f'optimizer.{kind}.args')
+    for kind, allowed in (("dense", DENSE_OPTIMIZER_ARGS), ("embedding", EMBEDDING_OPTIMIZER_ARGS)):
+        opt = getattr(config.optimizer, kind)
+        if opt.learning_rate <= 0:
+            raise ValueError(f"optimizer.{kind}.learning_rate: must be positive, got {opt.learning_rate}")
+        _check_args(opt.args, allowed[opt.name], opt.name, f"optimizer.{kind}.args")
 
-  for feature, override in config.embedding.tables.items():
-    path = f'embedding.tables.{feature}'
-    if feature not in _criteo.CATEGORICAL_FEATURE_NAMES:
-      raise ValueError(f'{path}: unknown feature (expected cat_0 .. cat_{_criteo.NUM_CATEGORICAL_FEATURES - 1})')
-    _positive(override.dim, f'{path}.dim', allow_none=True)
-    _positive(override.vocab_size, f'{path}.vocab_size', allow_none=True)
-    if (m.name == 'dlrm' and m.interaction == 'dot' and override.dim is not None
-        and override.dim != m.embedding_dim):
-      raise ValueError(f'{path}.dim: dlrm with dot interaction needs every dim equal to model.embedding_dim '
-                       f'({m.embedding_dim}), got {override.dim}')
+    for feature, override in config.embedding.tables.items():
+        path = f"embedding.tables.{feature}"
+        if feature not in _criteo.CATEGORICAL_FEATURE_NAMES:
+            raise ValueError(f"{path}: unknown feature (expected cat_0 .. cat_{_criteo.NUM_CATEGORICAL_FEATURES - 1})")
+        _positive(override.dim, f"{path}.dim", allow_none=True)
+        _positive(override.vocab_size, f"{path}.vocab_size", allow_none=True)
+        if m.name == "dlrm" and m.interaction == "dot" and override.dim is not None and override.dim != m.embedding_dim:
+            raise ValueError(
+                f"{path}.dim: dlrm with dot interaction needs every dim equal to model.embedding_dim "
+                f"({m.embedding_dim}), got {override.dim}"
+            )
 
-  t, e, tpu = config.train, config.eval, config.tpu
-  _positive(tpu.num_shards, 'tpu.num_shards')
-  _positive(tpu.iterations_per_loop, 'tpu.iterations_per_loop')
-  for path, value in (('train.batch_size', t.batch_size), ('eval.batch_size', e.batch_size)):
-    _positive(value, path)
-    if value % tpu.num_shards:
-      raise ValueError(f'{path}: {value} is not divisible by tpu.num_shards ({tpu.num_shards})')
-  _positive(t.steps, 'train.steps')
-  _positive(t.eval_every_steps, 'train.eval_every_steps', allow_none=True)
-  _positive(t.save_checkpoints_steps, 'train.save_checkpoints_steps')
-  _positive(t.log_step_count_steps, 'train.log_step_count_steps')
-  _positive(e.steps, 'eval.steps', allow_none=True)
-  return config
+    t, e, tpu = config.train, config.eval, config.tpu
+    _positive(tpu.num_shards, "tpu.num_shards")
+    _positive(tpu.iterations_per_loop, "tpu.iterations_per_loop")
+    for path, value in (("train.batch_size", t.batch_size), ("eval.batch_size", e.batch_size)):
+        _positive(value, path)
+        if value % tpu.num_shards:
+            raise ValueError(f"{path}: {value} is not divisible by tpu.num_shards ({tpu.num_shards})")
+    _positive(t.steps, "train.steps")
+    _positive(t.eval_every_steps, "train.eval_every_steps", allow_none=True)
+    _positive(t.save_checkpoints_steps, "train.save_checkpoints_steps")
+    _positive(t.log_step_count_steps, "train.log_step_count_steps")
+    _positive(e.steps, "eval.steps", allow_none=True)
+    return config
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -455,79 +492,79 @@ def _validate(config: Config) -> Config:
 
 
 def config_from_dict(data: Optional[Mapping[str, Any]]) -> Config:
-  """Builds and validates a `Config` from a (YAML-loaded) mapping; None gives the defaults.
+    """Builds and validates a `Config` from a (YAML-loaded) mapping; None gives the defaults.
 
-  Raises:
-    ValueError: unknown keys, wrong types or invalid values, naming the full key path.
-  """
-  return _validate(_convert(data, Config, ''))
+    Raises:
+      ValueError: unknown keys, wrong types or invalid values, naming the full key path.
+    """
+    return _validate(_convert(data, Config, ""))
 
 
 def config_to_dict(config: Config) -> Dict[str, Any]:
-  """The config as plain dicts/lists (what `config_from_dict` accepts)."""
-  return dataclasses.asdict(config)
+    """The config as plain dicts/lists (what `config_from_dict` accepts)."""
+    return dataclasses.asdict(config)
 
 
 def parse_config(text: str, overrides: Sequence[str] = ()) -> Config:
-  """Parses YAML text (then applies `overrides`)."""
-  try:
-    data = yaml.safe_load(text)
-  except yaml.YAMLError as e:
-    raise ValueError(f'invalid YAML: {e}') from e
-  return apply_overrides(config_from_dict(data), overrides)
+    """Parses YAML text (then applies `overrides`)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"invalid YAML: {e}") from e
+    return apply_overrides(config_from_dict(data), overrides)
 
 
 def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
-  """Reads a YAML config file (then applies `overrides`).
+    """Reads a YAML config file (then applies `overrides`).
 
-  Raises:
-    ValueError: as `config_from_dict`, the message prefixed with the file name.
-  """
-  with open(path, encoding='utf-8') as f:
-    text = f.read()
-  try:
-    data = yaml.safe_load(text)
-  except yaml.YAMLError as e:
-    raise ValueError(f'{path}: invalid YAML: {e}') from e
-  try:
-    config = config_from_dict(data)
-  except ValueError as e:
-    raise ValueError(f'{path}: {e}') from e
-  return apply_overrides(config, overrides)
+    Raises:
+      ValueError: as `config_from_dict`, the message prefixed with the file name.
+    """
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: invalid YAML: {e}") from e
+    try:
+        config = config_from_dict(data)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+    return apply_overrides(config, overrides)
 
 
 def dump_config(config: Config) -> str:
-  """The config as YAML text (`parse_config(dump_config(c)) == c`)."""
-  return yaml.safe_dump(config_to_dict(config), sort_keys=False)
+    """The config as YAML text (`parse_config(dump_config(c)) == c`)."""
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False)
 
 
 def apply_overrides(config: Config, overrides: Sequence[str]) -> Config:
-  """Returns a new config with `key.path=value` overrides applied (values parsed by `yaml.safe_load`).
+    """Returns a new config with `key.path=value` overrides applied (values parsed by `yaml.safe_load`).
 
-  Examples: `train.batch_size=2048`, `model.top_mlp=[128, 64]`, `embedding.tables.cat_3.dim=8`,
-  `data.max_vocab=null`. Paths into mappings (`embedding.tables`, `optimizer.*.args`) may create new keys.
+    Examples: `train.batch_size=2048`, `model.top_mlp=[128, 64]`, `embedding.tables.cat_3.dim=8`,
+    `data.max_vocab=null`. Paths into mappings (`embedding.tables`, `optimizer.*.args`) may create new keys.
 
-  Raises:
-    ValueError: a malformed override, an unknown key or an invalid value, naming the key path.
-  """
-  data = config_to_dict(config)
-  for override in overrides:
-    key, sep, raw = override.partition('=')
-    key = key.strip()
-    if not sep or not key:
-      raise ValueError(f'override {override!r}: expected key.path=value')
-    try:
-      value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as e:
-      raise ValueError(f'{key}: invalid YAML value {raw!r}: {e}') from e
-    parts = key.split('.')
-    node: Any = data
-    for i, part in enumerate(parts[:-1]):
-      child = node.get(part) if isinstance(node, dict) else None
-      if child is None and isinstance(node, dict):
-        child = node[part] = {}
-      if not isinstance(child, dict):
-        raise ValueError(f'{".".join(parts[:i + 1])}: not a mapping, cannot set {key}')
-      node = child
-    node[parts[-1]] = value
-  return config_from_dict(data)
+    Raises:
+      ValueError: a malformed override, an unknown key or an invalid value, naming the key path.
+    """
+    data = config_to_dict(config)
+    for override in overrides:
+        key, sep, raw = override.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"override {override!r}: expected key.path=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as e:
+            raise ValueError(f"{key}: invalid YAML value {raw!r}: {e}") from e
+        parts = key.split(".")
+        node: Any = data
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part) if isinstance(node, dict) else None
+            if child is None and isinstance(node, dict):
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ValueError(f"{'.'.join(parts[: i + 1])}: not a mapping, cannot set {key}")
+            node = child
+        node[parts[-1]] = value
+    return config_from_dict(data)

@@ -1,4 +1,5 @@
 """Sharding context: batch sizes, input deployment and devices per mode; the public `TPUContext`."""
+
 from typing import List, Optional, Tuple
 
 from tpu_estimator import _estimator_lib
@@ -9,226 +10,248 @@ ModeKeys = _estimator_lib.ModeKeys
 
 
 class UnsupportedOffTPUError(ValueError):
-  """A TPU-only feature (model parallelism, spatial partitioning, a custom TPU feed hook) was asked for."""
+    """A TPU-only feature (model parallelism, spatial partitioning, a custom TPU feed hook) was asked for."""
 
 
 class ShardingContext(object):
-  """What one mode of one `TPUEstimator` call runs on, and with which batch sizes.
+    """What one mode of one `TPUEstimator` call runs on, and with which batch sizes.
 
-  Args:
-    config: our `RunConfig`.
-    use_tpu: the estimator's `use_tpu`.
-    eval_on_tpu: the estimator's `eval_on_tpu`.
-    train_batch_size: global batch of TRAIN.
-    eval_batch_size: global batch of EVAL.
-    predict_batch_size: global batch of PREDICT.
-    mode: a `ModeKeys` value.
-  """
-
-  def __init__(self, config, use_tpu: bool, eval_on_tpu: bool, train_batch_size: Optional[int],
-               eval_batch_size: Optional[int], predict_batch_size: Optional[int], mode: str):
-    self.config = config
-    self.use_tpu = use_tpu
-    self.eval_on_tpu = eval_on_tpu
-    self.train_batch_size = train_batch_size
-    self.eval_batch_size = eval_batch_size
-    self.predict_batch_size = predict_batch_size
-    self.mode = mode
-    self.num_replicas = config.num_shards if self.is_running_on_shards else 1
-    self.num_hosts = 1
-
-  @property
-  def is_running_on_shards(self) -> bool:
-    """False for upstream's CPU path: use_tpu=False, or EVAL with eval_on_tpu=False."""
-    if not self.use_tpu:
-      return False
-    if self.mode == ModeKeys.EVAL and not self.eval_on_tpu:
-      return False
-    return True
-
-  @property
-  def input_mode(self) -> int:
-    """The `InputPipelineConfig` value that applies to this mode."""
-    tpu_config = self.config.tpu_config
-    mode = tpu_config.per_host_input_for_training
-    if self.mode != ModeKeys.TRAIN:
-      if tpu_config.eval_training_input_configuration == InputPipelineConfig.SLICED:
-        return InputPipelineConfig.SLICED
-      if mode == InputPipelineConfig.PER_SHARD_V1:
-        return InputPipelineConfig.PER_HOST_V1
-    return mode
-
-  @property
-  def global_batch_size(self) -> Optional[int]:
-    return {
-        ModeKeys.TRAIN: self.train_batch_size,
-        ModeKeys.EVAL: self.eval_batch_size,
-        ModeKeys.PREDICT: self.predict_batch_size,
-    }[self.mode]
-
-  @property
-  def num_of_replicas_per_host(self) -> int:
-    return self.num_replicas // self.num_hosts
-
-  @property
-  def replica_devices(self) -> List[str]:
-    return devices_lib.shard_devices(self.num_replicas)
-
-  @property
-  def host_device(self) -> str:
-    return devices_lib.HOST_DEVICE
-
-  @property
-  def batch_size_for_input_fn(self) -> Optional[int]:
-    """`params['batch_size']` given to `input_fn` (SEMANTICS.md 2)."""
-    global_batch = self.global_batch_size
-    if global_batch is None or not self.is_running_on_shards:
-      return global_batch
-    mode = self.input_mode
-    if mode in (InputPipelineConfig.BROADCAST, InputPipelineConfig.SLICED):
-      return global_batch
-    if mode == InputPipelineConfig.PER_HOST_V1:
-      return global_batch // self.num_hosts
-    return global_batch // self.num_replicas
-
-  @property
-  def batch_size_for_model_fn(self) -> Optional[int]:
-    """`params['batch_size']` given to `model_fn` (SEMANTICS.md 2)."""
-    global_batch = self.global_batch_size
-    if global_batch is None or not self.is_running_on_shards:
-      return global_batch
-    if self.input_mode == InputPipelineConfig.BROADCAST:
-      return global_batch
-    return global_batch // self.num_replicas
-
-  def validate(self) -> None:
-    """Upstream's batch-size checks for this mode when it runs on shards.
-
-    Raises:
-      ValueError: a batch size is missing or not divisible by the number of replicas.
+    Args:
+      config: our `RunConfig`.
+      use_tpu: the estimator's `use_tpu`.
+      eval_on_tpu: the estimator's `eval_on_tpu`.
+      train_batch_size: global batch of TRAIN.
+      eval_batch_size: global batch of EVAL.
+      predict_batch_size: global batch of PREDICT.
+      mode: a `ModeKeys` value.
     """
-    if not self.is_running_on_shards:
-      return
-    tpu_config = self.config.tpu_config
-    if tpu_config.num_cores_per_replica not in (None, 1):
-      raise UnsupportedOffTPUError(
-          'TPUConfig.num_cores_per_replica={} asks for model parallelism across TPU cores, which needs '
-          "a TPU's XLA SPMD partitioner. Off a TPU each replica runs on one device: set "
-          'num_cores_per_replica=None (and drop input_partition_dims).'.format(
-              tpu_config.num_cores_per_replica))
-    if tpu_config.input_partition_dims is not None:
-      raise UnsupportedOffTPUError(
-          'TPUConfig.input_partition_dims (spatial partitioning) needs a TPU: set it to None.')
-    if tpu_config.experimental_feed_hook is not None:
-      raise UnsupportedOffTPUError('TPUConfig.experimental_feed_hook replaces the TPU infeed/outfeed hook and only '
-                                   'applies on a TPU: set it to None.')
-    name = {ModeKeys.TRAIN: 'train', ModeKeys.EVAL: 'eval', ModeKeys.PREDICT: 'predict'}[self.mode]
-    if self.global_batch_size is None:
-      raise ValueError('{}_batch_size in TPUEstimator constructor cannot be `None` if .{} is running on '
-                       'TPU.'.format(name, {'train': 'train', 'eval': 'evaluate', 'predict': 'predict'}[name]))
-    if (self.global_batch_size % self.num_replicas != 0 and
-        self.input_mode != InputPipelineConfig.BROADCAST):
-      raise ValueError('{} batch size {} must be divisible by number of replicas {}'.format(
-          name, self.global_batch_size, self.num_replicas))
 
-  def input_fn_invocations(self) -> List[Tuple[str, int, int, int]]:
-    """One `(device, invocation_index, total_invocations, replicas_consumed)` per `input_fn` call."""
-    mode = self.input_mode
-    if mode == InputPipelineConfig.PER_SHARD_V1:
-      return [(self.host_device, i, self.num_replicas, 1) for i in range(self.num_replicas)]
-    if mode in (InputPipelineConfig.BROADCAST, InputPipelineConfig.SLICED):
-      return [(self.host_device, 0, 1, self.num_replicas)]
-    return [(self.host_device, 0, self.num_hosts, self.num_of_replicas_per_host)]
+    def __init__(
+        self,
+        config,
+        use_tpu: bool,
+        eval_on_tpu: bool,
+        train_batch_size: Optional[int],
+        eval_batch_size: Optional[int],
+        predict_batch_size: Optional[int],
+        mode: str,
+    ):
+        self.config = config
+        self.use_tpu = use_tpu
+        self.eval_on_tpu = eval_on_tpu
+        self.train_batch_size = train_batch_size
+        self.eval_batch_size = eval_batch_size
+        self.predict_batch_size = predict_batch_size
+        self.mode = mode
+        self.num_replicas = config.num_shards if self.is_running_on_shards else 1
+        self.num_hosts = 1
+
+    @property
+    def is_running_on_shards(self) -> bool:
+        """False for upstream's CPU path: use_tpu=False, or EVAL with eval_on_tpu=False."""
+        if not self.use_tpu:
+            return False
+        if self.mode == ModeKeys.EVAL and not self.eval_on_tpu:
+            return False
+        return True
+
+    @property
+    def input_mode(self) -> int:
+        """The `InputPipelineConfig` value that applies to this mode."""
+        tpu_config = self.config.tpu_config
+        mode = tpu_config.per_host_input_for_training
+        if self.mode != ModeKeys.TRAIN:
+            if tpu_config.eval_training_input_configuration == InputPipelineConfig.SLICED:
+                return InputPipelineConfig.SLICED
+            if mode == InputPipelineConfig.PER_SHARD_V1:
+                return InputPipelineConfig.PER_HOST_V1
+        return mode
+
+    @property
+    def global_batch_size(self) -> Optional[int]:
+        return {
+            ModeKeys.TRAIN: self.train_batch_size,
+            ModeKeys.EVAL: self.eval_batch_size,
+            ModeKeys.PREDICT: self.predict_batch_size,
+        }[self.mode]
+
+    @property
+    def num_of_replicas_per_host(self) -> int:
+        return self.num_replicas // self.num_hosts
+
+    @property
+    def replica_devices(self) -> List[str]:
+        return devices_lib.shard_devices(self.num_replicas)
+
+    @property
+    def host_device(self) -> str:
+        return devices_lib.HOST_DEVICE
+
+    @property
+    def batch_size_for_input_fn(self) -> Optional[int]:
+        """`params['batch_size']` given to `input_fn` (SEMANTICS.md 2)."""
+        global_batch = self.global_batch_size
+        if global_batch is None or not self.is_running_on_shards:
+            return global_batch
+        mode = self.input_mode
+        if mode in (InputPipelineConfig.BROADCAST, InputPipelineConfig.SLICED):
+            return global_batch
+        if mode == InputPipelineConfig.PER_HOST_V1:
+            return global_batch // self.num_hosts
+        return global_batch // self.num_replicas
+
+    @property
+    def batch_size_for_model_fn(self) -> Optional[int]:
+        """`params['batch_size']` given to `model_fn` (SEMANTICS.md 2)."""
+        global_batch = self.global_batch_size
+        if global_batch is None or not self.is_running_on_shards:
+            return global_batch
+        if self.input_mode == InputPipelineConfig.BROADCAST:
+            return global_batch
+        return global_batch // self.num_replicas
+
+    def validate(self) -> None:
+        """Upstream's batch-size checks for this mode when it runs on shards.
+
+        Raises:
+          ValueError: a batch size is missing or not divisible by the number of replicas.
+        """
+        if not self.is_running_on_shards:
+            return
+        tpu_config = self.config.tpu_config
+        if tpu_config.num_cores_per_replica not in (None, 1):
+            raise UnsupportedOffTPUError(
+                "TPUConfig.num_cores_per_replica={} asks for model parallelism across TPU cores, which needs "
+                "a TPU's XLA SPMD partitioner. Off a TPU each replica runs on one device: set "
+                "num_cores_per_replica=None (and drop input_partition_dims).".format(tpu_config.num_cores_per_replica)
+            )
+        if tpu_config.input_partition_dims is not None:
+            raise UnsupportedOffTPUError(
+                "TPUConfig.input_partition_dims (spatial partitioning) needs a TPU: set it to None."
+            )
+        if tpu_config.experimental_feed_hook is not None:
+            raise UnsupportedOffTPUError(
+                "TPUConfig.experimental_feed_hook replaces the TPU infeed/outfeed hook and only "
+                "applies on a TPU: set it to None."
+            )
+        name = {ModeKeys.TRAIN: "train", ModeKeys.EVAL: "eval", ModeKeys.PREDICT: "predict"}[self.mode]
+        if self.global_batch_size is None:
+            raise ValueError(
+                "{}_batch_size in TPUEstimator constructor cannot be `None` if .{} is running on TPU.".format(
+                    name, {"train": "train", "eval": "evaluate", "predict": "predict"}[name]
+                )
+            )
+        if self.global_batch_size % self.num_replicas != 0 and self.input_mode != InputPipelineConfig.BROADCAST:
+            raise ValueError(
+                "{} batch size {} must be divisible by number of replicas {}".format(
+                    name, self.global_batch_size, self.num_replicas
+                )
+            )
+
+    def input_fn_invocations(self) -> List[Tuple[str, int, int, int]]:
+        """One `(device, invocation_index, total_invocations, replicas_consumed)` per `input_fn` call."""
+        mode = self.input_mode
+        if mode == InputPipelineConfig.PER_SHARD_V1:
+            return [(self.host_device, i, self.num_replicas, 1) for i in range(self.num_replicas)]
+        if mode in (InputPipelineConfig.BROADCAST, InputPipelineConfig.SLICED):
+            return [(self.host_device, 0, 1, self.num_replicas)]
+        return [(self.host_device, 0, self.num_hosts, self.num_of_replicas_per_host)]
 
 
 class TPUContext(object):
-  """The context given to `input_fn` and `model_fn` as `params['context']`.
+    """The context given to `input_fn` and `model_fn` as `params['context']`.
 
-  Args:
-    internal_ctx: the `ShardingContext` of the current call.
-    input_device: the host device `input_fn` runs on (input_fn only).
-    invocation_index: index of this `input_fn` invocation (input_fn only).
-    call_from_input_fn: whether this context is given to `input_fn`.
-    host_id: the host index (input_fn only).
-  """
-
-  def __init__(self, internal_ctx: ShardingContext, input_device: Optional[str] = None,
-               invocation_index: Optional[int] = None, call_from_input_fn: bool = True,
-               host_id: Optional[int] = None, replicas_consumed: Optional[int] = None,
-               total_invocations: Optional[int] = None):
-    self._internal_ctx = internal_ctx
-    self._input_device = input_device
-    self._invocation_index = invocation_index
-    self._call_from_input_fn = call_from_input_fn
-    self._host_id = host_id
-    self._replicas_consumed = replicas_consumed
-    self._total_invocations = total_invocations
-
-  def current_input_fn_deployment(self) -> Tuple[str, int, int, int]:
-    """`(host device, invocation index, total invocations, replicas consumed)` of this `input_fn` call.
-
-    Raises:
-      RuntimeError: called from `model_fn`.
+    Args:
+      internal_ctx: the `ShardingContext` of the current call.
+      input_device: the host device `input_fn` runs on (input_fn only).
+      invocation_index: index of this `input_fn` invocation (input_fn only).
+      call_from_input_fn: whether this context is given to `input_fn`.
+      host_id: the host index (input_fn only).
     """
-    if not self._call_from_input_fn:
-      raise RuntimeError('This TPUContext instance must not be called from model_fn.')
-    return (self._input_device, self._invocation_index, self._total_invocations, self._replicas_consumed)
 
-  @property
-  def mode(self) -> str:
-    return self._internal_ctx.mode
+    def __init__(
+        self,
+        internal_ctx: ShardingContext,
+        input_device: Optional[str] = None,
+        invocation_index: Optional[int] = None,
+        call_from_input_fn: bool = True,
+        host_id: Optional[int] = None,
+        replicas_consumed: Optional[int] = None,
+        total_invocations: Optional[int] = None,
+    ):
+        self._internal_ctx = internal_ctx
+        self._input_device = input_device
+        self._invocation_index = invocation_index
+        self._call_from_input_fn = call_from_input_fn
+        self._host_id = host_id
+        self._replicas_consumed = replicas_consumed
+        self._total_invocations = total_invocations
 
-  @property
-  def num_replicas(self) -> int:
-    """The total number of replicas (shards)."""
-    return self._internal_ctx.num_replicas
+    def current_input_fn_deployment(self) -> Tuple[str, int, int, int]:
+        """`(host device, invocation index, total invocations, replicas consumed)` of this `input_fn` call.
 
-  @property
-  def num_hosts(self) -> int:
-    """The number of hosts (1 in one process)."""
-    return self._internal_ctx.num_hosts
+        Raises:
+          RuntimeError: called from `model_fn`.
+        """
+        if not self._call_from_input_fn:
+            raise RuntimeError("This TPUContext instance must not be called from model_fn.")
+        return (self._input_device, self._invocation_index, self._total_invocations, self._replicas_consumed)
 
-  @property
-  def current_host(self) -> int:
-    """The host index of this `input_fn` call.
+    @property
+    def mode(self) -> str:
+        return self._internal_ctx.mode
 
-    Raises:
-      RuntimeError: called from `model_fn`.
-    """
-    if not self._call_from_input_fn:
-      raise RuntimeError('This TPUContext instance must not be called from model_fn.')
-    return self._host_id
+    @property
+    def num_replicas(self) -> int:
+        """The total number of replicas (shards)."""
+        return self._internal_ctx.num_replicas
 
-  @property
-  def num_of_replicas_per_host(self) -> int:
-    return self._internal_ctx.num_of_replicas_per_host
+    @property
+    def num_hosts(self) -> int:
+        """The number of hosts (1 in one process)."""
+        return self._internal_ctx.num_hosts
 
-  @property
-  def num_of_cores_per_host(self) -> int:
-    return self._internal_ctx.num_of_replicas_per_host
+    @property
+    def current_host(self) -> int:
+        """The host index of this `input_fn` call.
 
-  @property
-  def device_assignment(self):
-    """None: shards are whole devices, there is no TPU device assignment.
+        Raises:
+          RuntimeError: called from `model_fn`.
+        """
+        if not self._call_from_input_fn:
+            raise RuntimeError("This TPUContext instance must not be called from model_fn.")
+        return self._host_id
 
-    Raises:
-      RuntimeError: called from `input_fn`.
-    """
-    if self._call_from_input_fn:
-      raise RuntimeError('This TPUContext instance must not be called from input_fn.')
-    return None
+    @property
+    def num_of_replicas_per_host(self) -> int:
+        return self._internal_ctx.num_of_replicas_per_host
 
-  def device_for_replica(self, replica_id: int) -> Tuple[str, int]:
-    """`(host device, device ordinal)` of a replica, as upstream returns it.
+    @property
+    def num_of_cores_per_host(self) -> int:
+        return self._internal_ctx.num_of_replicas_per_host
 
-    Raises:
-      ValueError: `replica_id` is out of range.
-    """
-    if not 0 <= replica_id < self.num_replicas:
-      raise ValueError('replica_id must be in [0, {}), got {}'.format(self.num_replicas, replica_id))
-    return self._internal_ctx.host_device, replica_id
+    @property
+    def device_assignment(self):
+        """None: shards are whole devices, there is no TPU device assignment.
 
-  def tpu_host_placement_function(self, host_id: int = 0, replica_id: Optional[int] = None) -> str:
-    """The host device (this process's CPU) for any host or replica."""
-    del host_id, replica_id
-    return self._internal_ctx.host_device
+        Raises:
+          RuntimeError: called from `input_fn`.
+        """
+        if self._call_from_input_fn:
+            raise RuntimeError("This TPUContext instance must not be called from input_fn.")
+        return None
+
+    def device_for_replica(self, replica_id: int) -> Tuple[str, int]:
+        """`(host device, device ordinal)` of a replica, as upstream returns it.
+
+        Raises:
+          ValueError: `replica_id` is out of range.
+        """
+        if not 0 <= replica_id < self.num_replicas:
+            raise ValueError("replica_id must be in [0, {}), got {}".format(self.num_replicas, replica_id))
+        return self._internal_ctx.host_device, replica_id
+
+    def tpu_host_placement_function(self, host_id: int = 0, replica_id: Optional[int] = None) -> str:
+        """The host device (this process's CPU) for any host or replica."""
+        del host_id, replica_id
+        return self._internal_ctx.host_device

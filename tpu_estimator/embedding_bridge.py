@@ -8,6 +8,7 @@ loss with respect to a dummy variable per table, and the tap records the activat
 After the replicas are built, those gradients are joined and the engine applies the embedding optimizer once per
 unique id. The model's optimizer never touches the tables.
 """
+
 import collections
 import copy
 from typing import Any, Dict, List, Optional, Tuple
@@ -15,346 +16,388 @@ from typing import Any, Dict, List, Optional, Tuple
 import tensorflow as tf
 
 import embedding
-import embedding.serving  # pylint: disable=unused-import
+import embedding.serving
 from embedding import checkpointing
-from tpu_estimator import _estimator_lib
-from tpu_estimator import _tf_internal
-from tpu_estimator import replication
+from tpu_estimator import _estimator_lib, _tf_internal, replication
 from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
 
 ModeKeys = _estimator_lib.ModeKeys
-DUMMY_VARIABLES_COLLECTION = 'tpu_embedding_dummy_table_variables'
+DUMMY_VARIABLES_COLLECTION = "tpu_embedding_dummy_table_variables"
 
 
 def _join_replicas(pieces: List[Any]) -> Any:
-  """Concatenates per-replica inputs (dense, sparse or ragged) on the batch axis."""
-  if len(pieces) == 1:
-    return pieces[0]
-  if isinstance(pieces[0], tf.SparseTensor):
-    return tf.sparse.concat(axis=0, sp_inputs=pieces, expand_nonconcat_dims=True)
-  return tf.concat(pieces, axis=0)
+    """Concatenates per-replica inputs (dense, sparse or ragged) on the batch axis."""
+    if len(pieces) == 1:
+        return pieces[0]
+    if isinstance(pieces[0], tf.SparseTensor):
+        return tf.sparse.concat(axis=0, sp_inputs=pieces, expand_nonconcat_dims=True)
+    return tf.concat(pieces, axis=0)
 
 
 def _as_engine_input(ids: Any, sequence: bool) -> Any:
-  """Ids as the engine reads them.
+    """Ids as the engine reads them.
 
-  Dense multi-id rows `[B, k]` (k > 1) of a combined feature become ragged rows (all ids kept); the `[B, T, 1]`
-  sparse ids of sequence categorical columns become `[B, T]`.
-  """
-  if isinstance(ids, tf.SparseTensor):
-    if sequence and ids.shape.rank == 3:
-      return tf.sparse.reshape(ids, ids.dense_shape[:2])
+    Dense multi-id rows `[B, k]` (k > 1) of a combined feature become ragged rows (all ids kept); the `[B, T, 1]`
+    sparse ids of sequence categorical columns become `[B, T]`.
+    """
+    if isinstance(ids, tf.SparseTensor):
+        if sequence and ids.shape.rank == 3:
+            return tf.sparse.reshape(ids, ids.dense_shape[:2])
+        return ids
+    if isinstance(ids, tf.RaggedTensor):
+        return ids
+    ids = tf.convert_to_tensor(ids)
+    if not sequence and ids.shape.rank == 2 and ids.shape[1] != 1:
+        return tf.RaggedTensor.from_tensor(ids)
     return ids
-  if isinstance(ids, tf.RaggedTensor):
-    return ids
-  ids = tf.convert_to_tensor(ids)
-  if not sequence and ids.shape.rank == 2 and ids.shape[1] != 1:
-    return tf.RaggedTensor.from_tensor(ids)
-  return ids
 
 
 def _sequence_lengths(ids: Any, max_sequence_length: int, batch_size: int) -> tf.Tensor:
-  if isinstance(ids, tf.SparseTensor):
-    rows = ids.indices[:, 0]
-    lengths = tf.math.bincount(tf.cast(rows, tf.int32), minlength=batch_size, maxlength=batch_size,
-                               dtype=tf.int64)
-  elif isinstance(ids, tf.RaggedTensor):
-    lengths = tf.cast(ids.row_lengths(), tf.int64)
-  else:
-    lengths = tf.fill([batch_size], tf.cast(tf.shape(ids)[1], tf.int64))
-  return tf.minimum(lengths, max_sequence_length)
+    if isinstance(ids, tf.SparseTensor):
+        rows = ids.indices[:, 0]
+        lengths = tf.math.bincount(tf.cast(rows, tf.int32), minlength=batch_size, maxlength=batch_size, dtype=tf.int64)
+    elif isinstance(ids, tf.RaggedTensor):
+        lengths = tf.cast(ids.row_lengths(), tf.int64)
+    else:
+        lengths = tf.fill([batch_size], tf.cast(tf.shape(ids)[1], tf.int64))
+    return tf.minimum(lengths, max_sequence_length)
 
 
 class EmbeddingBridge(object):
-  """Feeds one mode's replicas with engine activations and trains the tables from their gradients.
+    """Feeds one mode's replicas with engine activations and trains the tables from their gradients.
 
-  Args:
-    spec: the `EmbeddingConfigSpec`.
-    num_replicas: number of replicas (and table shards).
-    devices: the replica devices (table shard k lives on device k).
-    mode: a `ModeKeys` value; only TRAIN creates optimizer slots and updates tables.
-    replica_batch_size: the per-replica batch size (`params['batch_size']` of `model_fn`).
+    Args:
+      spec: the `EmbeddingConfigSpec`.
+      num_replicas: number of replicas (and table shards).
+      devices: the replica devices (table shard k lives on device k).
+      mode: a `ModeKeys` value; only TRAIN creates optimizer slots and updates tables.
+      replica_batch_size: the per-replica batch size (`params['batch_size']` of `model_fn`).
 
-  Raises:
-    ValueError: invalid spec contents.
-  """
-
-  def __init__(self, spec: EmbeddingConfigSpec, num_replicas: int, devices: List[str], mode: str,
-               replica_batch_size: int):
-    self._spec = spec
-    self._replica_batch_size = replica_batch_size
-    self._resolved = resolve_embedding_config(spec)
-    self._num_replicas = num_replicas
-    self._training = mode == ModeKeys.TRAIN
-    feature_config = self._resolved.feature_config
-    if not self._training:
-      # Inference: tables without optimizer (no slots are created or restored).
-      tables = {name: copy.copy(table) for name, table in self._resolved.tables.items()}
-      for table in tables.values():
-        table.optimizer = None
-      feature_config = collections.OrderedDict(
-          (key, embedding.FeatureConfig(tables[f.table.name], max_sequence_length=f.max_sequence_length, name=key))
-          for key, f in feature_config.items())
-    with tf.compat.v1.variable_scope('tpu_embedding', reuse=tf.compat.v1.AUTO_REUSE):
-      self.engine = embedding.EmbeddingEngine(feature_config, num_shards=num_replicas, devices=devices,
-                                              partition_strategy=spec.partition_strategy, register_in_graph=False)
-    self._dummies = collections.OrderedDict()
-    if self._training:
-      for name in self.engine.tables:
-        self._dummies[name] = tf.compat.v1.get_variable(
-            'tpu_embedding_dummy_table_variable_{}'.format(name), shape=[1], dtype=tf.float32,
-            initializer=tf.compat.v1.zeros_initializer(), use_resource=True, trainable=True,
-            collections=[DUMMY_VARIABLES_COLLECTION, tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
-    self._gradients: Dict[Tuple[int, str], tf.Tensor] = {}
-    self._names_set = False
-
-  @property
-  def features(self):
-    return self._resolved.features
-
-  @property
-  def pipelined(self) -> bool:
-    """Whether TRAIN overlaps step t's update with step t+1 (`pipeline_execution_with_tensor_core`)."""
-    return self._training and bool(self._spec.pipeline_execution_with_tensor_core)
-
-  # ---- host side: inputs -> activations -----------------------------------------------------------------
-
-  def _check_inputs(self, features: Any) -> None:
-    if not isinstance(features, dict):
-      raise ValueError('With an embedding_config_spec, input_fn must return features as a dict; got {}.'.format(
-          type(features)))
-    for feature in self._resolved.features:
-      if feature.column is not None:
-        missing = [k for k in _tf_internal.categorical_input_keys(feature.column.categorical_column)
-                   if k not in features]
-        if missing:
-          raise ValueError('Embedding feature {!r} (table {!r}) needs input features {} that input_fn did not '
-                           'return.'.format(feature.key, feature.table_name, missing))
-      elif feature.key not in features:
-        raise ValueError('Embedding feature {!r} (table {!r}) is missing from the features returned by '
-                         'input_fn.'.format(feature.key, feature.table_name))
-      elif feature.weight_key and feature.weight_key not in features:
-        raise ValueError('Weights {!r} of embedding feature {!r} are missing from the features returned by '
-                         'input_fn.'.format(feature.weight_key, feature.key))
-
-  def _ids_and_weights(self, raw: dict) -> Tuple[dict, dict]:
-    """Per feature, the ids and weights (or None) of the raw embedding inputs."""
-    ids, weights = {}, {}
-    for feature in self._resolved.features:
-      if feature.column is not None:
-        ids[feature.key], weights[feature.key] = _tf_internal.categorical_ids(feature.column.categorical_column,
-                                                                               raw)
-      else:
-        ids[feature.key] = raw[feature.key]
-        weights[feature.key] = raw[feature.weight_key] if feature.weight_key else None
-    return ids, weights
-
-  def preprocess(self, per_replica: List[Tuple[Any, Any]], host_device: str):
-    """Host stage (no table access): pops the embedding inputs, joins the replicas, deduplicates per table.
-
-    The raw inputs of all replicas are joined first (cheap for dense ids) and turned into ids once.
-
-    Returns:
-      `(per_replica, batches)`: each replica's `(features, labels)` without the embedding inputs (plus the
-      sequence lengths of sequence features), and the engine batches of the global step.
+    Raises:
+      ValueError: invalid spec contents.
     """
-    for features, _ in per_replica:
-      self._check_inputs(features)
-    raw_keys = [k for k in self._resolved.raw_keys if k in per_replica[0][0]]
-    global_ids, global_weights = collections.OrderedDict(), collections.OrderedDict()
-    outputs = []
-    with tf.device(host_device), tf.name_scope('tpu_embedding_inputs'):
-      raw = {key: _join_replicas([features[key] for features, _ in per_replica]) for key in raw_keys}
-      ids, weights = self._ids_and_weights(raw)
-      lengths = {}
-      for feature in self._resolved.features:
-        sequence = feature.max_sequence_length > 0
-        global_ids[feature.key] = _as_engine_input(ids[feature.key], sequence)
-        global_weights[feature.key] = (_as_engine_input(weights[feature.key], sequence)
-                                       if weights[feature.key] is not None else None)
-        if sequence:
-          global_batch = self._replica_batch_size * self._num_replicas
-          all_lengths = _sequence_lengths(global_ids[feature.key], feature.max_sequence_length, global_batch)
-          all_lengths.set_shape([global_batch])
-          lengths[feature.key] = tf.split(all_lengths, self._num_replicas) if self._num_replicas > 1 \
-              else [all_lengths]
-      batches = self.engine.preprocess(global_ids, global_weights)
-    for replica, (features, labels) in enumerate(per_replica):
-      features = {k: v for k, v in features.items() if k not in self._resolved.raw_keys}
-      for key, pieces in lengths.items():
-        features[key + SEQUENCE_LENGTH_SUFFIX] = pieces[replica]
-      outputs.append((features, labels))
-    return outputs, batches
 
-  def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches, host_device: str):
-    """Table stage: one lookup per table for the step; each replica gets its rows under the feature keys."""
-    with tf.device(host_device), tf.name_scope('tpu_embedding_lookup'):
-      activations = self.engine.activations(batches)
-      splits = {}
-      for key, act in activations.items():
-        # The global batch is static even when sparse inputs left it unknown to the engine.
-        act.set_shape([self._replica_batch_size * self._num_replicas] + act.shape.as_list()[1:])
-        splits[key] = tf.split(act, self._num_replicas, axis=0) if self._num_replicas > 1 else [act]
-    outputs = []
-    for replica, (features, labels) in enumerate(per_replica):
-      features = dict(features)
-      for feature in self._resolved.features:
-        features[feature.key] = splits[feature.key][replica]
-      outputs.append((features, labels))
-    return outputs
+    def __init__(
+        self, spec: EmbeddingConfigSpec, num_replicas: int, devices: List[str], mode: str, replica_batch_size: int
+    ):
+        self._spec = spec
+        self._replica_batch_size = replica_batch_size
+        self._resolved = resolve_embedding_config(spec)
+        self._num_replicas = num_replicas
+        self._training = mode == ModeKeys.TRAIN
+        feature_config = self._resolved.feature_config
+        if not self._training:
+            # Inference: tables without optimizer (no slots are created or restored).
+            tables = {name: copy.copy(table) for name, table in self._resolved.tables.items()}
+            for table in tables.values():
+                table.optimizer = None
+            feature_config = collections.OrderedDict(
+                (
+                    key,
+                    embedding.FeatureConfig(tables[f.table.name], max_sequence_length=f.max_sequence_length, name=key),
+                )
+                for key, f in feature_config.items()
+            )
+        with tf.compat.v1.variable_scope("tpu_embedding", reuse=tf.compat.v1.AUTO_REUSE):
+            self.engine = embedding.EmbeddingEngine(
+                feature_config,
+                num_shards=num_replicas,
+                devices=devices,
+                partition_strategy=spec.partition_strategy,
+                register_in_graph=False,
+            )
+        self._dummies = collections.OrderedDict()
+        if self._training:
+            for name in self.engine.tables:
+                self._dummies[name] = tf.compat.v1.get_variable(
+                    "tpu_embedding_dummy_table_variable_{}".format(name),
+                    shape=[1],
+                    dtype=tf.float32,
+                    initializer=tf.compat.v1.zeros_initializer(),
+                    use_resource=True,
+                    trainable=True,
+                    collections=[DUMMY_VARIABLES_COLLECTION, tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                )
+        self._gradients: Dict[Tuple[int, str], tf.Tensor] = {}
+        self._names_set = False
 
-  def prepare(self, per_replica: List[Tuple[Any, Any]], host_device: str):
-    """Both stages in one step (EVAL/PREDICT): returns the replicas' inputs and the engine batches."""
-    per_replica, batches = self.preprocess(per_replica, host_device)
-    return self.attach_activations(per_replica, batches, host_device), batches
+    @property
+    def features(self):
+        return self._resolved.features
 
-  def tap_activations(self, features: dict) -> dict:
-    """In a replica: routes each activation through the gradient tap (TRAIN only)."""
-    if not self._training:
-      return features
-    context = replication.current_replica_context()
-    replica = context.replica_id if context else 0
-    features = dict(features)
-    for feature in self._resolved.features:
-      features[feature.key] = self._tap(self._dummies[feature.table_name].read_value(), features[feature.key],
-                                        replica, feature.key)
-    return features
+    @property
+    def pipelined(self) -> bool:
+        """Whether TRAIN overlaps step t's update with step t+1 (`pipeline_execution_with_tensor_core`)."""
+        return self._training and bool(self._spec.pipeline_execution_with_tensor_core)
 
-  def _tap(self, dummy: tf.Tensor, activation: tf.Tensor, replica: int, key: str) -> tf.Tensor:
-    gradients = self._gradients
+    # ---- host side: inputs -> activations -----------------------------------------------------------------
 
-    @tf.custom_gradient
-    def tap(dummy_value, activation_value):
-      def grad(upstream):
-        gradients[(replica, key)] = upstream
-        return tf.zeros_like(dummy_value), None
-      return tf.identity(activation_value), grad
+    def _check_inputs(self, features: Any) -> None:
+        if not isinstance(features, dict):
+            raise ValueError(
+                "With an embedding_config_spec, input_fn must return features as a dict; got {}.".format(type(features))
+            )
+        for feature in self._resolved.features:
+            if feature.column is not None:
+                missing = [
+                    k
+                    for k in _tf_internal.categorical_input_keys(feature.column.categorical_column)
+                    if k not in features
+                ]
+                if missing:
+                    raise ValueError(
+                        "Embedding feature {!r} (table {!r}) needs input features {} that input_fn did not "
+                        "return.".format(feature.key, feature.table_name, missing)
+                    )
+            elif feature.key not in features:
+                raise ValueError(
+                    "Embedding feature {!r} (table {!r}) is missing from the features returned by input_fn.".format(
+                        feature.key, feature.table_name
+                    )
+                )
+            elif feature.weight_key and feature.weight_key not in features:
+                raise ValueError(
+                    "Weights {!r} of embedding feature {!r} are missing from the features returned by input_fn.".format(
+                        feature.weight_key, feature.key
+                    )
+                )
 
-    return tap(dummy, activation)
+    def _ids_and_weights(self, raw: dict) -> Tuple[dict, dict]:
+        """Per feature, the ids and weights (or None) of the raw embedding inputs."""
+        ids, weights = {}, {}
+        for feature in self._resolved.features:
+            if feature.column is not None:
+                ids[feature.key], weights[feature.key] = _tf_internal.categorical_ids(
+                    feature.column.categorical_column, raw
+                )
+            else:
+                ids[feature.key] = raw[feature.key]
+                weights[feature.key] = raw[feature.weight_key] if feature.weight_key else None
+        return ids, weights
 
-  # ---- after the replicas: gradients -> engine update ------------------------------------------------------
+    def preprocess(self, per_replica: List[Tuple[Any, Any]], host_device: str):
+        """Host stage (no table access): pops the embedding inputs, joins the replicas, deduplicates per table.
 
-  def _activation_gradients(self) -> Dict[str, Optional[tf.Tensor]]:
-    """The tapped activation gradients of this step, joined over replicas (None: feature unused)."""
-    grads = collections.OrderedDict()
-    for feature in self._resolved.features:
-      pieces = [self._gradients.get((r, feature.key)) for r in range(self._num_replicas)]
-      if all(p is None for p in pieces):
-        tf.compat.v1.logging.warning(
-            'Embedding feature %s has no gradient: the model does not use its activation (or the optimizer '
-            'did not differentiate through it). Zero gradients are applied.', feature.key)
-        grads[feature.key] = None
-        continue
-      template = next(p for p in pieces if p is not None)
-      grads[feature.key] = _join_replicas([p if p is not None else tf.zeros_like(template) for p in pieces])
-    self._gradients.clear()
-    return grads
+        The raw inputs of all replicas are joined first (cheap for dense ids) and turned into ids once.
 
-  def _gradient_multiplier(self) -> Optional[tf.Tensor]:
-    if self._spec.experimental_gradient_multiplier_fn is None:
-      return None
-    return tf.cast(self._spec.experimental_gradient_multiplier_fn(tf.compat.v1.train.get_global_step()),
-                   tf.float32)
+        Returns:
+          `(per_replica, batches)`: each replica's `(features, labels)` without the embedding inputs (plus the
+          sequence lengths of sequence features), and the engine batches of the global step.
+        """
+        for features, _ in per_replica:
+            self._check_inputs(features)
+        raw_keys = [k for k in self._resolved.raw_keys if k in per_replica[0][0]]
+        global_ids, global_weights = collections.OrderedDict(), collections.OrderedDict()
+        outputs = []
+        with tf.device(host_device), tf.name_scope("tpu_embedding_inputs"):
+            raw = {key: _join_replicas([features[key] for features, _ in per_replica]) for key in raw_keys}
+            ids, weights = self._ids_and_weights(raw)
+            lengths = {}
+            for feature in self._resolved.features:
+                sequence = feature.max_sequence_length > 0
+                global_ids[feature.key] = _as_engine_input(ids[feature.key], sequence)
+                global_weights[feature.key] = (
+                    _as_engine_input(weights[feature.key], sequence) if weights[feature.key] is not None else None
+                )
+                if sequence:
+                    global_batch = self._replica_batch_size * self._num_replicas
+                    all_lengths = _sequence_lengths(global_ids[feature.key], feature.max_sequence_length, global_batch)
+                    all_lengths.set_shape([global_batch])
+                    lengths[feature.key] = (
+                        tf.split(all_lengths, self._num_replicas) if self._num_replicas > 1 else [all_lengths]
+                    )
+            batches = self.engine.preprocess(global_ids, global_weights)
+        for replica, (features, labels) in enumerate(per_replica):
+            features = {k: v for k, v in features.items() if k not in self._resolved.raw_keys}
+            for key, pieces in lengths.items():
+                features[key + SEQUENCE_LENGTH_SUFFIX] = pieces[replica]
+            outputs.append((features, labels))
+        return outputs, batches
 
-  def apply_gradients(self, batches, host_device: str) -> tf.Operation:
-    """The engine update of this step from the tapped activation gradients of every replica."""
-    with tf.device(host_device), tf.name_scope('tpu_embedding_gradients'):
-      return self.engine.apply_gradients(batches, self._activation_gradients(),
-                                         gradient_multiplier=self._gradient_multiplier())
+    def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches, host_device: str):
+        """Table stage: one lookup per table for the step; each replica gets its rows under the feature keys."""
+        with tf.device(host_device), tf.name_scope("tpu_embedding_lookup"):
+            activations = self.engine.activations(batches)
+            splits = {}
+            for key, act in activations.items():
+                # The global batch is static even when sparse inputs left it unknown to the engine.
+                act.set_shape([self._replica_batch_size * self._num_replicas] + act.shape.as_list()[1:])
+                splits[key] = tf.split(act, self._num_replicas, axis=0) if self._num_replicas > 1 else [act]
+        outputs = []
+        for replica, (features, labels) in enumerate(per_replica):
+            features = dict(features)
+            for feature in self._resolved.features:
+                features[feature.key] = splits[feature.key][replica]
+            outputs.append((features, labels))
+        return outputs
 
-  # ---- pipelined updates (pipeline_execution_with_tensor_core) ----------------------------------------------
+    def prepare(self, per_replica: List[Tuple[Any, Any]], host_device: str):
+        """Both stages in one step (EVAL/PREDICT): returns the replicas' inputs and the engine batches."""
+        per_replica, batches = self.preprocess(per_replica, host_device)
+        return self.attach_activations(per_replica, batches, host_device), batches
 
-  def empty_pending(self) -> List[tf.Tensor]:
-    """Loop state of a pipelined update: per table, no ids and no gradients yet."""
-    state = []
-    for table in self.engine.tables.values():
-      state += [tf.zeros([0], tf.int64), tf.zeros([0, table.dim], tf.float32)]
-    return state
+    def tap_activations(self, features: dict) -> dict:
+        """In a replica: routes each activation through the gradient tap (TRAIN only)."""
+        if not self._training:
+            return features
+        context = replication.current_replica_context()
+        replica = context.replica_id if context else 0
+        features = dict(features)
+        for feature in self._resolved.features:
+            features[feature.key] = self._tap(
+                self._dummies[feature.table_name].read_value(), features[feature.key], replica, feature.key
+            )
+        return features
 
-  def pending_shape_invariants(self) -> List[tf.TensorShape]:
-    shapes = []
-    for table in self.engine.tables.values():
-      shapes += [tf.TensorShape([None]), tf.TensorShape([None, table.dim])]
-    return shapes
+    def _tap(self, dummy: tf.Tensor, activation: tf.Tensor, replica: int, key: str) -> tf.Tensor:
+        gradients = self._gradients
 
-  def step_pending(self, batches, host_device: str) -> List[tf.Tensor]:
-    """This step's update, held back: per table its unique ids and accumulated gradients."""
-    with tf.device(host_device), tf.name_scope('tpu_embedding_gradients'):
-      grads = self.engine.table_gradients(batches, self._activation_gradients())
-      multiplier = self._gradient_multiplier()
-      state = []
-      for name in self.engine.tables:
-        state += [batches[name].unique_ids, grads[name] if multiplier is None else grads[name] * multiplier]
-    return state
+        @tf.custom_gradient
+        def tap(dummy_value, activation_value):
+            def grad(upstream):
+                gradients[(replica, key)] = upstream
+                return tf.zeros_like(dummy_value), None
 
-  def apply_pending(self, pending: List[tf.Tensor], host_device: str) -> tf.Operation:
-    """Applies a held-back update (checked, one optimizer application per table)."""
-    names = list(self.engine.tables)
-    with tf.device(host_device), tf.name_scope('tpu_embedding_pipelined_update'):
-      return self.engine.apply_table_gradients(dict(zip(names, pending[0::2])), dict(zip(names, pending[1::2])))
+            return tf.identity(activation_value), grad
 
-  # ---- checkpoint layout -----------------------------------------------------------------------------------
+        return tap(dummy, activation)
 
-  def register_checkpoint_names(self, graph: tf.Graph) -> None:
-    """Names tables as upstream's CPU path names its variables, then registers the logical saveables.
+    # ---- after the replicas: gradients -> engine update ------------------------------------------------------
 
-    Feature-column models get `<scope>/embedding_weights` (and slots like `<...>/Adagrad`), recorded by the
-    columns while `model_fn` ran; dict-configured tables keep their table names.
-    """
-    if self._names_set:
-      return
-    scopes = _tf_internal.embedding_variable_scopes(graph)
-    _tf_internal.clear_embedding_variable_scopes(graph)
-    for name, table in self.engine.tables.items():
-      if self._spec.feature_columns:
-        var_name = name[len('tbl_'):]
-        if var_name not in scopes:
-          raise RuntimeError('Embedding feature column {} did not capture any thing. Make sure the feature columns '
-                             'passed to TPUEstimator constructor is properly used in model_fn.'.format(var_name))
-        scope, variable = scopes[var_name]
-        checkpoint_name = '{}/{}'.format(scope, variable) if scope else variable
-      else:
-        checkpoint_name = name
-      slots = table.optimizer.estimator_slot_variable_names(checkpoint_name) if table.optimizer else None
-      table.set_checkpoint_names(checkpoint_name, slots)
-    for variable in self.engine.shard_variables():
-      checkpointing.register_shard_variable(variable)
-    checkpointing.add_saveables_to_graph(self.engine.saveables())
-    self._names_set = True
+    def _activation_gradients(self) -> Dict[str, Optional[tf.Tensor]]:
+        """The tapped activation gradients of this step, joined over replicas (None: feature unused)."""
+        grads = collections.OrderedDict()
+        for feature in self._resolved.features:
+            pieces = [self._gradients.get((r, feature.key)) for r in range(self._num_replicas)]
+            if all(p is None for p in pieces):
+                tf.compat.v1.logging.warning(
+                    "Embedding feature %s has no gradient: the model does not use its activation (or the optimizer "
+                    "did not differentiate through it). Zero gradients are applied.",
+                    feature.key,
+                )
+                grads[feature.key] = None
+                continue
+            template = next(p for p in pieces if p is not None)
+            grads[feature.key] = _join_replicas([p if p is not None else tf.zeros_like(template) for p in pieces])
+        self._gradients.clear()
+        return grads
+
+    def _gradient_multiplier(self) -> Optional[tf.Tensor]:
+        if self._spec.experimental_gradient_multiplier_fn is None:
+            return None
+        return tf.cast(self._spec.experimental_gradient_multiplier_fn(tf.compat.v1.train.get_global_step()), tf.float32)
+
+    def apply_gradients(self, batches, host_device: str) -> tf.Operation:
+        """The engine update of this step from the tapped activation gradients of every replica."""
+        with tf.device(host_device), tf.name_scope("tpu_embedding_gradients"):
+            return self.engine.apply_gradients(
+                batches, self._activation_gradients(), gradient_multiplier=self._gradient_multiplier()
+            )
+
+    # ---- pipelined updates (pipeline_execution_with_tensor_core) ----------------------------------------------
+
+    def empty_pending(self) -> List[tf.Tensor]:
+        """Loop state of a pipelined update: per table, no ids and no gradients yet."""
+        state = []
+        for table in self.engine.tables.values():
+            state += [tf.zeros([0], tf.int64), tf.zeros([0, table.dim], tf.float32)]
+        return state
+
+    def pending_shape_invariants(self) -> List[tf.TensorShape]:
+        shapes = []
+        for table in self.engine.tables.values():
+            shapes += [tf.TensorShape([None]), tf.TensorShape([None, table.dim])]
+        return shapes
+
+    def step_pending(self, batches, host_device: str) -> List[tf.Tensor]:
+        """This step's update, held back: per table its unique ids and accumulated gradients."""
+        with tf.device(host_device), tf.name_scope("tpu_embedding_gradients"):
+            grads = self.engine.table_gradients(batches, self._activation_gradients())
+            multiplier = self._gradient_multiplier()
+            state = []
+            for name in self.engine.tables:
+                state += [batches[name].unique_ids, grads[name] if multiplier is None else grads[name] * multiplier]
+        return state
+
+    def apply_pending(self, pending: List[tf.Tensor], host_device: str) -> tf.Operation:
+        """Applies a held-back update (checked, one optimizer application per table)."""
+        names = list(self.engine.tables)
+        with tf.device(host_device), tf.name_scope("tpu_embedding_pipelined_update"):
+            return self.engine.apply_table_gradients(dict(zip(names, pending[0::2])), dict(zip(names, pending[1::2])))
+
+    # ---- checkpoint layout -----------------------------------------------------------------------------------
+
+    def register_checkpoint_names(self, graph: tf.Graph) -> None:
+        """Names tables as upstream's CPU path names its variables, then registers the logical saveables.
+
+        Feature-column models get `<scope>/embedding_weights` (and slots like `<...>/Adagrad`), recorded by the
+        columns while `model_fn` ran; dict-configured tables keep their table names.
+        """
+        if self._names_set:
+            return
+        scopes = _tf_internal.embedding_variable_scopes(graph)
+        _tf_internal.clear_embedding_variable_scopes(graph)
+        for name, table in self.engine.tables.items():
+            if self._spec.feature_columns:
+                var_name = name[len("tbl_") :]
+                if var_name not in scopes:
+                    raise RuntimeError(
+                        "Embedding feature column {} did not capture any thing. Make sure the feature columns "
+                        "passed to TPUEstimator constructor is properly used in model_fn.".format(var_name)
+                    )
+                scope, variable = scopes[var_name]
+                checkpoint_name = "{}/{}".format(scope, variable) if scope else variable
+            else:
+                checkpoint_name = name
+            slots = table.optimizer.estimator_slot_variable_names(checkpoint_name) if table.optimizer else None
+            table.set_checkpoint_names(checkpoint_name, slots)
+        for variable in self.engine.shard_variables():
+            checkpointing.register_shard_variable(variable)
+        checkpointing.add_saveables_to_graph(self.engine.saveables())
+        self._names_set = True
 
 
 def serving_features(spec: EmbeddingConfigSpec, features: Any) -> dict:
-  """Features with the embedding activations computed by plain TensorFlow lookups on full tables.
+    """Features with the embedding activations computed by plain TensorFlow lookups on full tables.
 
-  Used for the CPU path and export of dict-configured embeddings: one variable `[vocabulary, dim]` per table,
-  named as the table's checkpoint key, so the export restores the logical tables of training checkpoints and any
-  TensorFlow runtime serves the model.
+    Used for the CPU path and export of dict-configured embeddings: one variable `[vocabulary, dim]` per table,
+    named as the table's checkpoint key, so the export restores the logical tables of training checkpoints and any
+    TensorFlow runtime serves the model.
 
-  Raises:
-    ValueError: features is not a dict, or an embedding feature is missing.
-  """
-  resolved = resolve_embedding_config(spec)
-  if not isinstance(features, dict):
-    raise ValueError('With an embedding_config_spec, features must be a dict; got {}.'.format(type(features)))
-  tables = {}
-  for name, table in resolved.tables.items():
-    tables[name] = tf.compat.v1.get_variable(name, shape=[table.vocabulary_size, table.dim], dtype=tf.float32,
-                                             initializer=tf.compat.v1.zeros_initializer(), trainable=False)
-  inputs, weights = collections.OrderedDict(), collections.OrderedDict()
-  for feature in resolved.features:
-    if feature.key not in features:
-      raise ValueError('Embedding feature {!r} (table {!r}) is missing from the serving features.'.format(
-          feature.key, feature.table_name))
-    sequence = feature.max_sequence_length > 0
-    inputs[feature.key] = _as_engine_input(features[feature.key], sequence)
-    weight = features.get(feature.weight_key) if feature.weight_key else None
-    weights[feature.key] = _as_engine_input(weight, sequence) if weight is not None else None
-  activations = embedding.serving.serving_embedding_lookup(inputs, weights, tables, resolved.feature_config)
-  result = {k: v for k, v in features.items() if k not in resolved.raw_keys}
-  for feature in resolved.features:
-    result[feature.key] = activations[feature.key]
-    if feature.max_sequence_length:
-      batch = tf.shape(activations[feature.key])[0]
-      result[feature.key + SEQUENCE_LENGTH_SUFFIX] = _sequence_lengths(inputs[feature.key],
-                                                                       feature.max_sequence_length, batch)
-  return result
+    Raises:
+      ValueError: features is not a dict, or an embedding feature is missing.
+    """
+    resolved = resolve_embedding_config(spec)
+    if not isinstance(features, dict):
+        raise ValueError("With an embedding_config_spec, features must be a dict; got {}.".format(type(features)))
+    tables = {}
+    for name, table in resolved.tables.items():
+        tables[name] = tf.compat.v1.get_variable(
+            name,
+            shape=[table.vocabulary_size, table.dim],
+            dtype=tf.float32,
+            initializer=tf.compat.v1.zeros_initializer(),
+            trainable=False,
+        )
+    inputs, weights = collections.OrderedDict(), collections.OrderedDict()
+    for feature in resolved.features:
+        if feature.key not in features:
+            raise ValueError(
+                "Embedding feature {!r} (table {!r}) is missing from the serving features.".format(
+                    feature.key, feature.table_name
+                )
+            )
+        sequence = feature.max_sequence_length > 0
+        inputs[feature.key] = _as_engine_input(features[feature.key], sequence)
+        weight = features.get(feature.weight_key) if feature.weight_key else None
+        weights[feature.key] = _as_engine_input(weight, sequence) if weight is not None else None
+    activations = embedding.serving.serving_embedding_lookup(inputs, weights, tables, resolved.feature_config)
+    result = {k: v for k, v in features.items() if k not in resolved.raw_keys}
+    for feature in resolved.features:
+        result[feature.key] = activations[feature.key]
+        if feature.max_sequence_length:
+            batch = tf.shape(activations[feature.key])[0]
+            result[feature.key + SEQUENCE_LENGTH_SUFFIX] = _sequence_lengths(
+                inputs[feature.key], feature.max_sequence_length, batch
+            )
+    return result

@@ -1,315 +1,388 @@
 """`TPUEstimator`: dispatches each mode to upstream's CPU path or to the shards."""
+
 import enum
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib
-from tpu_estimator import _tf_internal
-from tpu_estimator import embedding_bridge
-from tpu_estimator import host_calls as host_calls_lib
+from tpu_estimator import _estimator_lib, _tf_internal, embedding_bridge, sharded_modes
 from tpu_estimator import hooks as hooks_lib
+from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator import rewrite as rewrite_lib
-from tpu_estimator import sharded_modes
 from tpu_estimator.context import ShardingContext
 from tpu_estimator.spec import TPUEstimatorSpec
-from tpu_estimator.tpu_config import RunConfig, check_positive_integer, parse_iterations_per_loop
-from tpu_estimator.tpu_config import InputPipelineConfig
+from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, check_positive_integer, parse_iterations_per_loop
 
 ModeKeys = _estimator_lib.ModeKeys
-_RESERVED_PARAMS_KEYS = ['batch_size', 'context']
+_RESERVED_PARAMS_KEYS = ["batch_size", "context"]
 # The mode of the {serve, tpu} export metagraph (upstream's name).
-INFERENCE_ON_TPU_MODE = '_inference_on_tpu'
+INFERENCE_ON_TPU_MODE = "_inference_on_tpu"
 
 
 class ExportSavedModelApiVersion(enum.Enum):
-  V1 = 1
-  V2 = 2
+    V1 = 1
+    V2 = 2
 
 
 class DeferredInput(object):
-  """What `_call_input_fn` returns on shards: `input_fn`, to be called per `TPUContext` inside `model_fn`."""
+    """What `_call_input_fn` returns on shards: `input_fn`, to be called per `TPUContext` inside `model_fn`."""
 
-  def __init__(self, call: Callable[[Any], Any]):
-    self.call = call
+    def __init__(self, call: Callable[[Any], Any]):
+        self.call = call
 
 
 class TPUEstimator(_estimator_lib.Estimator):
-  """Estimator with TPU semantics, run on the devices that exist (GPUs, else logical CPU devices).
+    """Estimator with TPU semantics, run on the devices that exist (GPUs, else logical CPU devices).
 
-  With `use_tpu=True`, `model_fn` is replicated over `config.tpu_config.num_shards` shards with per-shard batches,
-  gradients are reduced across shards by `CrossShardOptimizer`, and training runs `iterations_per_loop` steps per
-  `Session.run`. With `use_tpu=False` it behaves as upstream's CPU path.
+    With `use_tpu=True`, `model_fn` is replicated over `config.tpu_config.num_shards` shards with per-shard batches,
+    gradients are reduced across shards by `CrossShardOptimizer`, and training runs `iterations_per_loop` steps per
+    `Session.run`. With `use_tpu=False` it behaves as upstream's CPU path.
 
-  Args:
-    model_fn: `model_fn(features, labels, mode, config, params)` returning a `TPUEstimatorSpec`; must accept
-      `params`.
-    model_dir: directory for checkpoints and summaries.
-    config: our `RunConfig`.
-    params: hyper-parameters passed to `input_fn` and `model_fn`; keys `batch_size` and `context` are reserved.
-    use_tpu: run on shards (True) or on upstream's CPU path (False).
-    train_batch_size: global training batch size; required when `use_tpu`.
-    eval_batch_size: global evaluation batch size.
-    predict_batch_size: global prediction batch size.
-    batch_axis: for PER_HOST_V1, the axis to split each flattened `(features, labels)` tensor on (default 0).
-    eval_on_tpu: evaluate on shards (True) or on the CPU path.
-    export_to_tpu: add a `{serve, tpu}` metagraph to exports.
-    export_to_cpu: add a `{serve}` metagraph to exports.
-    warm_start_from: checkpoint path or `tf.estimator.WarmStartSettings`.
-    embedding_config_spec: an `EmbeddingConfigSpec` for TPU embedding tables.
-    export_saved_model_api_version: `ExportSavedModelApiVersion.V1` or `V2`.
-
-  Raises:
-    ValueError: `config` is not our `RunConfig`, reserved params keys, missing/invalid batch sizes.
-    TypeError: batch sizes that are not integers.
-  """
-
-  def __init__(self, model_fn=None, model_dir=None, config=None, params=None, use_tpu=True,
-               train_batch_size=None, eval_batch_size=None, predict_batch_size=None, batch_axis=None,
-               eval_on_tpu=True, export_to_tpu=True, export_to_cpu=True, warm_start_from=None,
-               embedding_config_spec=None,
-               export_saved_model_api_version=ExportSavedModelApiVersion.V1):
-    if config is None or not isinstance(config, RunConfig):
-      raise ValueError('`config` must be provided with type `tpu_config.RunConfig`')
-    if params is not None and any(k in params for k in _RESERVED_PARAMS_KEYS):
-      raise ValueError('{} are reserved keys but existed in params {}.'.format(_RESERVED_PARAMS_KEYS, params))
-    if use_tpu:
-      if train_batch_size is None:
-        raise ValueError('`train_batch_size` cannot be `None`')
-      check_positive_integer(train_batch_size, 'train_batch_size')
-      if (config.tpu_config.per_host_input_for_training is InputPipelineConfig.PER_SHARD_V1 and
-          config.tpu_config.num_cores_per_replica):
-        raise ValueError('Model parallelism only supports per host input for training. '
-                         'Please adjust TPURunconfig.per_host_input_for_training.')
-      if eval_batch_size is not None:
-        check_positive_integer(eval_batch_size, 'eval_batch_size')
-      if predict_batch_size is not None:
-        check_positive_integer(predict_batch_size, 'predict_batch_size')
-      if embedding_config_spec and config.tpu_config.per_host_input_for_training not in (
-          InputPipelineConfig.PER_HOST_V1, InputPipelineConfig.PER_HOST_V2):
-        raise ValueError('Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got {}.'.format(
-            config.tpu_config.per_host_input_for_training))
-    if not export_to_cpu and not export_to_tpu:
-      raise ValueError('One of export_to_cpu and export_to_tpu must be true.')
-    if export_saved_model_api_version not in (ExportSavedModelApiVersion.V1, ExportSavedModelApiVersion.V2,
-                                              1, 2):
-      raise ValueError('export_saved_model_api_version should be V1 or V2; got {}.'.format(
-          export_saved_model_api_version))
-    _estimator_lib.verify_model_fn_args(model_fn, params)
-    self._user_model_fn = model_fn
-    self._use_tpu = use_tpu
-    self._eval_on_tpu = eval_on_tpu
-    self._train_batch_size = train_batch_size
-    self._eval_batch_size = eval_batch_size
-    self._predict_batch_size = predict_batch_size
-    self._batch_axis = batch_axis
-    self._export_to_tpu = export_to_tpu
-    self._export_to_cpu = export_to_cpu
-    self._export_saved_model_api_version = export_saved_model_api_version
-    self._embedding_config_spec = embedding_config_spec
-    self._is_input_fn_invoked = None
-    self._iterations_per_training_loop = parse_iterations_per_loop(config.tpu_config.iterations_per_loop)
-    self._log_every_n_steps = config.log_step_count_steps
-    self._log_every_n_secs = None
-    if self._iterations_per_training_loop.unit == 'seconds':
-      self._log_every_n_secs = self._iterations_per_training_loop.value
-      self._log_every_n_steps = None
-    config = config.replace(log_step_count_steps=None)
-    super(TPUEstimator, self).__init__(model_fn=self._augment_model_fn(model_fn, batch_axis),
-                                       model_dir=model_dir, config=config, params=params or {},
-                                       warm_start_from=warm_start_from)
-
-  # ---- contexts -------------------------------------------------------------------------------------------
-
-  def _sharding_context(self, mode: str) -> ShardingContext:
-    return ShardingContext(self._config, self._use_tpu, self._eval_on_tpu, self._train_batch_size,
-                           self._eval_batch_size, self._predict_batch_size, mode)
-
-  # ---- Estimator overrides --------------------------------------------------------------------------------
-
-  def _call_input_fn(self, input_fn, mode, input_context=None):
-    """Calls `input_fn` on the CPU path; on shards returns it deferred, to be called inside `model_fn`."""
-    input_fn_args = _estimator_lib.fn_args(input_fn)
-    kwargs = {}
-    if 'params' not in input_fn_args:
-      raise ValueError('input_fn ({}) does not include params argument, required by TPUEstimator to pass batch '
-                       'size as params["batch_size"]'.format(input_fn))
-    kwargs['params'] = self.params
-    if 'config' in input_fn_args:
-      kwargs['config'] = self.config
-    if 'mode' in input_fn_args:
-      kwargs['mode'] = mode
-    if 'input_context' in input_fn_args:
-      kwargs['input_context'] = input_context
-    self._is_input_fn_invoked = True
-    ctx = self._sharding_context(mode)
-    if not ctx.is_running_on_shards and ctx.input_mode == InputPipelineConfig.SLICED:
-      raise ValueError('Invalid TPUConfig `eval_training_input_configuration` value. SLICED mode only works on '
-                       'use_tpu = True.')
-    if ctx.batch_size_for_input_fn is not None:
-      kwargs['params']['batch_size'] = ctx.batch_size_for_input_fn
-    if not ctx.is_running_on_shards:
-      with tf.compat.v1.device('/device:CPU:0'):
-        return input_fn(**kwargs)
-
-    def call(context):
-      call_kwargs = dict(kwargs)
-      call_kwargs['params'] = dict(kwargs['params'])
-      call_kwargs['params']['context'] = context
-      return input_fn(**call_kwargs)
-
-    return DeferredInput(call)
-
-  def _validate_features_in_predict_input(self, result):
-    # The input pipeline checks PREDICT inputs itself (a Dataset is required on shards).
-    pass
-
-  def _convert_train_steps_to_hooks(self, steps, max_steps):
-    ctx = self._sharding_context(ModeKeys.TRAIN)
-    if not ctx.is_running_on_shards:
-      return super(TPUEstimator, self)._convert_train_steps_to_hooks(steps, max_steps)
-    if steps is None and max_steps is None:
-      raise ValueError('For TPU training, one of `steps` or `max_steps` must be set. Cannot be both `None`.')
-    if steps is not None:
-      check_positive_integer(steps, 'Train steps')
-    if max_steps is not None:
-      check_positive_integer(max_steps, 'Train max_steps')
-    return [sharded_modes.LoopStopHookFromGraph(self._iterations_per_training_loop, steps, max_steps)]
-
-  def _convert_eval_steps_to_hooks(self, steps):
-    ctx = self._sharding_context(ModeKeys.EVAL)
-    if ctx.is_running_on_shards:
-      if steps is None:
-        raise ValueError('Evaluate `steps` must be set on TPU. Cannot be `None`.')
-      check_positive_integer(steps, 'Eval steps')
-    return super(TPUEstimator, self)._convert_eval_steps_to_hooks(steps)
-
-  # ---- model_fn wrapping ----------------------------------------------------------------------------------
-
-  def _augment_model_fn(self, model_fn, batch_axis):
-    """The Estimator-facing `model_fn`: CPU path, export path, or the sharded modes."""
-
-    def _model_fn(features, labels, mode, config, params):
-      is_export_mode = not self._is_input_fn_invoked
-      self._is_input_fn_invoked = None
-      if mode == INFERENCE_ON_TPU_MODE:
-        return self._call_for_tpu_export(model_fn, features, labels, config, params)
-      ctx = self._sharding_context(mode)
-      if isinstance(features, DeferredInput):
-        ctx.validate()
-        builder = sharded_modes.ShardedModeBuilder(self, model_fn, ctx, config, params, batch_axis)
-        return builder.build(features, mode)
-      return self._call_on_cpu(model_fn, features, labels, mode, config, params, ctx, is_export_mode)
-
-    return _model_fn
-
-  def _call_on_cpu(self, model_fn, features, labels, mode, config, params, ctx, is_export_mode):
-    params = dict(params)
-    if not is_export_mode and ctx.global_batch_size is not None:
-      params['batch_size'] = ctx.global_batch_size
-    params['use_tpu'] = False
-    features = self._embedding_features_on_cpu(features, mode)
-    graph = tf.compat.v1.get_default_graph()
-    first_op = len(graph.get_operations())
-    spec = call_user_model_fn(model_fn, features, labels, mode, config, params)
-    if isinstance(spec, TPUEstimatorSpec):
-      model_ops = graph.get_operations()[first_op:]
-      if spec.host_call is not None:
-        _tf_internal.order_variable_writes_after(host_calls_lib.flatten_tensors(spec.host_call), model_ops)
-      spec = spec.as_estimator_spec()
-    if mode == ModeKeys.TRAIN and not is_export_mode:
-      spec = spec._replace(training_hooks=tuple(spec.training_hooks) + tuple(self._progress_hooks(
-          ctx, spec.loss, every_n_runs=self._log_every_n_steps)))
-    return spec
-
-  def _embedding_features_on_cpu(self, features, mode):
-    """Dict-configured embeddings off the shards: activations from plain lookups on the full tables.
-
-    Feature-column models need nothing: the columns look up their own variables on the CPU path.
+    Args:
+      model_fn: `model_fn(features, labels, mode, config, params)` returning a `TPUEstimatorSpec`; must accept
+        `params`.
+      model_dir: directory for checkpoints and summaries.
+      config: our `RunConfig`.
+      params: hyper-parameters passed to `input_fn` and `model_fn`; keys `batch_size` and `context` are reserved.
+      use_tpu: run on shards (True) or on upstream's CPU path (False).
+      train_batch_size: global training batch size; required when `use_tpu`.
+      eval_batch_size: global evaluation batch size.
+      predict_batch_size: global prediction batch size.
+      batch_axis: for PER_HOST_V1, the axis to split each flattened `(features, labels)` tensor on (default 0).
+      eval_on_tpu: evaluate on shards (True) or on the CPU path.
+      export_to_tpu: add a `{serve, tpu}` metagraph to exports.
+      export_to_cpu: add a `{serve}` metagraph to exports.
+      warm_start_from: checkpoint path or `tf.estimator.WarmStartSettings`.
+      embedding_config_spec: an `EmbeddingConfigSpec` for TPU embedding tables.
+      export_saved_model_api_version: `ExportSavedModelApiVersion.V1` or `V2`.
 
     Raises:
-      ValueError: training dict-configured embeddings on the CPU path (their optimizer runs on shards).
+      ValueError: `config` is not our `RunConfig`, reserved params keys, missing/invalid batch sizes.
+      TypeError: batch sizes that are not integers.
     """
-    spec = self._embedding_config_spec
-    if spec is None or spec.feature_columns:
-      return features
-    if mode == ModeKeys.TRAIN:
-      raise ValueError('Training with an EmbeddingConfigSpec of feature_to_config_dict/table_to_config_dict needs '
-                       'the shards: use use_tpu=True (any num_shards, also 1 on a CPU).')
-    return embedding_bridge.serving_features(spec, features)
 
-  def _call_for_tpu_export(self, model_fn, features, labels, config, params):
-    """The PREDICT graph of the {serve, tpu} metagraph: `params['use_tpu']=True`; API V1 wraps it in `rewrite`."""
-    params = dict(params)
-    params['use_tpu'] = True
-    mode = ModeKeys.PREDICT
+    def __init__(
+        self,
+        model_fn=None,
+        model_dir=None,
+        config=None,
+        params=None,
+        use_tpu=True,
+        train_batch_size=None,
+        eval_batch_size=None,
+        predict_batch_size=None,
+        batch_axis=None,
+        eval_on_tpu=True,
+        export_to_tpu=True,
+        export_to_cpu=True,
+        warm_start_from=None,
+        embedding_config_spec=None,
+        export_saved_model_api_version=ExportSavedModelApiVersion.V1,
+    ):
+        if config is None or not isinstance(config, RunConfig):
+            raise ValueError("`config` must be provided with type `tpu_config.RunConfig`")
+        if params is not None and any(k in params for k in _RESERVED_PARAMS_KEYS):
+            raise ValueError("{} are reserved keys but existed in params {}.".format(_RESERVED_PARAMS_KEYS, params))
+        if use_tpu:
+            if train_batch_size is None:
+                raise ValueError("`train_batch_size` cannot be `None`")
+            check_positive_integer(train_batch_size, "train_batch_size")
+            if (
+                config.tpu_config.per_host_input_for_training is InputPipelineConfig.PER_SHARD_V1
+                and config.tpu_config.num_cores_per_replica
+            ):
+                raise ValueError(
+                    "Model parallelism only supports per host input for training. "
+                    "Please adjust TPURunconfig.per_host_input_for_training."
+                )
+            if eval_batch_size is not None:
+                check_positive_integer(eval_batch_size, "eval_batch_size")
+            if predict_batch_size is not None:
+                check_positive_integer(predict_batch_size, "predict_batch_size")
+            if embedding_config_spec and config.tpu_config.per_host_input_for_training not in (
+                InputPipelineConfig.PER_HOST_V1,
+                InputPipelineConfig.PER_HOST_V2,
+            ):
+                raise ValueError(
+                    "Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got {}.".format(
+                        config.tpu_config.per_host_input_for_training
+                    )
+                )
+        if not export_to_cpu and not export_to_tpu:
+            raise ValueError("One of export_to_cpu and export_to_tpu must be true.")
+        if export_saved_model_api_version not in (ExportSavedModelApiVersion.V1, ExportSavedModelApiVersion.V2, 1, 2):
+            raise ValueError(
+                "export_saved_model_api_version should be V1 or V2; got {}.".format(export_saved_model_api_version)
+            )
+        _estimator_lib.verify_model_fn_args(model_fn, params)
+        self._user_model_fn = model_fn
+        self._use_tpu = use_tpu
+        self._eval_on_tpu = eval_on_tpu
+        self._train_batch_size = train_batch_size
+        self._eval_batch_size = eval_batch_size
+        self._predict_batch_size = predict_batch_size
+        self._batch_axis = batch_axis
+        self._export_to_tpu = export_to_tpu
+        self._export_to_cpu = export_to_cpu
+        self._export_saved_model_api_version = export_saved_model_api_version
+        self._embedding_config_spec = embedding_config_spec
+        self._is_input_fn_invoked = None
+        self._iterations_per_training_loop = parse_iterations_per_loop(config.tpu_config.iterations_per_loop)
+        self._log_every_n_steps = config.log_step_count_steps
+        self._log_every_n_secs = None
+        if self._iterations_per_training_loop.unit == "seconds":
+            self._log_every_n_secs = self._iterations_per_training_loop.value
+            self._log_every_n_steps = None
+        config = config.replace(log_step_count_steps=None)
+        super(TPUEstimator, self).__init__(
+            model_fn=self._augment_model_fn(model_fn, batch_axis),
+            model_dir=model_dir,
+            config=config,
+            params=params or {},
+            warm_start_from=warm_start_from,
+        )
 
-    def build():
-      spec = call_user_model_fn(model_fn, self._embedding_features_on_cpu(features, mode), labels, mode, config,
-                                params)
-      return spec.as_estimator_spec() if isinstance(spec, TPUEstimatorSpec) else spec
+    # ---- contexts -------------------------------------------------------------------------------------------
 
-    if self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1):
-      captured = []
-      rewrite_lib.rewrite(lambda: captured.append(build()))
-      return captured[0]
-    return build()
+    def _sharding_context(self, mode: str) -> ShardingContext:
+        return ShardingContext(
+            self._config,
+            self._use_tpu,
+            self._eval_on_tpu,
+            self._train_batch_size,
+            self._eval_batch_size,
+            self._predict_batch_size,
+            mode,
+        )
 
-  def _add_meta_graph_for_mode(self, builder, input_receiver_fn_map, checkpoint_path, save_variables=True,
-                               mode=ModeKeys.PREDICT, export_tags=None, check_variables=True,
-                               strip_default_attrs=True):
-    """Adds the {serve} metagraph (export_to_cpu) and/or the {serve, tpu} one (export_to_tpu)."""
-    if self._export_to_tpu and mode != ModeKeys.PREDICT:
-      raise NotImplementedError('TPUEstimator only handles mode PREDICT for exporting when `export_to_tpu` is '
-                                '`True`; got {}.'.format(mode))
-    if self._export_to_cpu:
-      super(TPUEstimator, self)._add_meta_graph_for_mode(
-          builder, input_receiver_fn_map, checkpoint_path, save_variables, mode=mode, export_tags=export_tags,
-          check_variables=check_variables, strip_default_attrs=strip_default_attrs)
-    if self._export_to_tpu:
-      first = not self._export_to_cpu
-      super(TPUEstimator, self)._add_meta_graph_for_mode(
-          builder, {INFERENCE_ON_TPU_MODE: input_receiver_fn_map[mode]}, checkpoint_path,
-          save_variables=first and save_variables, mode=INFERENCE_ON_TPU_MODE,
-          export_tags=[tf.saved_model.SERVING, tf.saved_model.TPU], check_variables=first,
-          strip_default_attrs=strip_default_attrs)
+    # ---- Estimator overrides --------------------------------------------------------------------------------
 
-  def _progress_hooks(self, ctx: ShardingContext, loss, every_n_runs: Optional[int]):
-    """Loss/step logging and examples/sec, as upstream installs them."""
-    hooks = []
-    if self._log_every_n_steps is None and self._log_every_n_secs is None:
-      return hooks
-    global_step = tf.compat.v1.train.get_global_step()
-    if every_n_runs is not None:
-      hooks.append(tf.compat.v1.train.LoggingTensorHook({'loss': loss, 'step': global_step},
-                                                        every_n_iter=every_n_runs))
-    else:
-      hooks.append(tf.compat.v1.train.LoggingTensorHook({'loss': loss, 'step': global_step},
-                                                        every_n_secs=self._log_every_n_secs))
-    output_dir = self.model_dir if self._config.save_summary_steps else None
-    hooks.append(hooks_lib.ExamplesPerSecondHook(ctx.global_batch_size, every_n_steps=self._log_every_n_steps,
-                                                 every_n_secs=self._log_every_n_secs, output_dir=output_dir))
-    return hooks
+    def _call_input_fn(self, input_fn, mode, input_context=None):
+        """Calls `input_fn` on the CPU path; on shards returns it deferred, to be called inside `model_fn`."""
+        input_fn_args = _estimator_lib.fn_args(input_fn)
+        kwargs = {}
+        if "params" not in input_fn_args:
+            raise ValueError(
+                "input_fn ({}) does not include params argument, required by TPUEstimator to pass batch "
+                'size as params["batch_size"]'.format(input_fn)
+            )
+        kwargs["params"] = self.params
+        if "config" in input_fn_args:
+            kwargs["config"] = self.config
+        if "mode" in input_fn_args:
+            kwargs["mode"] = mode
+        if "input_context" in input_fn_args:
+            kwargs["input_context"] = input_context
+        self._is_input_fn_invoked = True
+        ctx = self._sharding_context(mode)
+        if not ctx.is_running_on_shards and ctx.input_mode == InputPipelineConfig.SLICED:
+            raise ValueError(
+                "Invalid TPUConfig `eval_training_input_configuration` value. SLICED mode only works on use_tpu = True."
+            )
+        if ctx.batch_size_for_input_fn is not None:
+            kwargs["params"]["batch_size"] = ctx.batch_size_for_input_fn
+        if not ctx.is_running_on_shards:
+            with tf.compat.v1.device("/device:CPU:0"):
+                return input_fn(**kwargs)
+
+        def call(context):
+            call_kwargs = dict(kwargs)
+            call_kwargs["params"] = dict(kwargs["params"])
+            call_kwargs["params"]["context"] = context
+            return input_fn(**call_kwargs)
+
+        return DeferredInput(call)
+
+    def _validate_features_in_predict_input(self, result):
+        # The input pipeline checks PREDICT inputs itself (a Dataset is required on shards).
+        pass
+
+    def _convert_train_steps_to_hooks(self, steps, max_steps):
+        ctx = self._sharding_context(ModeKeys.TRAIN)
+        if not ctx.is_running_on_shards:
+            return super(TPUEstimator, self)._convert_train_steps_to_hooks(steps, max_steps)
+        if steps is None and max_steps is None:
+            raise ValueError("For TPU training, one of `steps` or `max_steps` must be set. Cannot be both `None`.")
+        if steps is not None:
+            check_positive_integer(steps, "Train steps")
+        if max_steps is not None:
+            check_positive_integer(max_steps, "Train max_steps")
+        return [sharded_modes.LoopStopHookFromGraph(self._iterations_per_training_loop, steps, max_steps)]
+
+    def _convert_eval_steps_to_hooks(self, steps):
+        ctx = self._sharding_context(ModeKeys.EVAL)
+        if ctx.is_running_on_shards:
+            if steps is None:
+                raise ValueError("Evaluate `steps` must be set on TPU. Cannot be `None`.")
+            check_positive_integer(steps, "Eval steps")
+        return super(TPUEstimator, self)._convert_eval_steps_to_hooks(steps)
+
+    # ---- model_fn wrapping ----------------------------------------------------------------------------------
+
+    def _augment_model_fn(self, model_fn, batch_axis):
+        """The Estimator-facing `model_fn`: CPU path, export path, or the sharded modes."""
+
+        def _model_fn(features, labels, mode, config, params):
+            is_export_mode = not self._is_input_fn_invoked
+            self._is_input_fn_invoked = None
+            if mode == INFERENCE_ON_TPU_MODE:
+                return self._call_for_tpu_export(model_fn, features, labels, config, params)
+            ctx = self._sharding_context(mode)
+            if isinstance(features, DeferredInput):
+                ctx.validate()
+                builder = sharded_modes.ShardedModeBuilder(self, model_fn, ctx, config, params, batch_axis)
+                return builder.build(features, mode)
+            return self._call_on_cpu(model_fn, features, labels, mode, config, params, ctx, is_export_mode)
+
+        return _model_fn
+
+    def _call_on_cpu(self, model_fn, features, labels, mode, config, params, ctx, is_export_mode):
+        params = dict(params)
+        if not is_export_mode and ctx.global_batch_size is not None:
+            params["batch_size"] = ctx.global_batch_size
+        params["use_tpu"] = False
+        features = self._embedding_features_on_cpu(features, mode)
+        graph = tf.compat.v1.get_default_graph()
+        first_op = len(graph.get_operations())
+        spec = call_user_model_fn(model_fn, features, labels, mode, config, params)
+        if isinstance(spec, TPUEstimatorSpec):
+            model_ops = graph.get_operations()[first_op:]
+            if spec.host_call is not None:
+                _tf_internal.order_variable_writes_after(host_calls_lib.flatten_tensors(spec.host_call), model_ops)
+            spec = spec.as_estimator_spec()
+        if mode == ModeKeys.TRAIN and not is_export_mode:
+            spec = spec._replace(
+                training_hooks=tuple(spec.training_hooks)
+                + tuple(self._progress_hooks(ctx, spec.loss, every_n_runs=self._log_every_n_steps))
+            )
+        return spec
+
+    def _embedding_features_on_cpu(self, features, mode):
+        """Dict-configured embeddings off the shards: activations from plain lookups on the full tables.
+
+        Feature-column models need nothing: the columns look up their own variables on the CPU path.
+
+        Raises:
+          ValueError: training dict-configured embeddings on the CPU path (their optimizer runs on shards).
+        """
+        spec = self._embedding_config_spec
+        if spec is None or spec.feature_columns:
+            return features
+        if mode == ModeKeys.TRAIN:
+            raise ValueError(
+                "Training with an EmbeddingConfigSpec of feature_to_config_dict/table_to_config_dict needs "
+                "the shards: use use_tpu=True (any num_shards, also 1 on a CPU)."
+            )
+        return embedding_bridge.serving_features(spec, features)
+
+    def _call_for_tpu_export(self, model_fn, features, labels, config, params):
+        """The PREDICT graph of the {serve, tpu} metagraph: `params['use_tpu']=True`; API V1 wraps it in `rewrite`."""
+        params = dict(params)
+        params["use_tpu"] = True
+        mode = ModeKeys.PREDICT
+
+        def build():
+            spec = call_user_model_fn(
+                model_fn, self._embedding_features_on_cpu(features, mode), labels, mode, config, params
+            )
+            return spec.as_estimator_spec() if isinstance(spec, TPUEstimatorSpec) else spec
+
+        if self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1):
+            captured = []
+            rewrite_lib.rewrite(lambda: captured.append(build()))
+            return captured[0]
+        return build()
+
+    def _add_meta_graph_for_mode(
+        self,
+        builder,
+        input_receiver_fn_map,
+        checkpoint_path,
+        save_variables=True,
+        mode=ModeKeys.PREDICT,
+        export_tags=None,
+        check_variables=True,
+        strip_default_attrs=True,
+    ):
+        """Adds the {serve} metagraph (export_to_cpu) and/or the {serve, tpu} one (export_to_tpu)."""
+        if self._export_to_tpu and mode != ModeKeys.PREDICT:
+            raise NotImplementedError(
+                "TPUEstimator only handles mode PREDICT for exporting when `export_to_tpu` is `True`; got {}.".format(
+                    mode
+                )
+            )
+        if self._export_to_cpu:
+            super(TPUEstimator, self)._add_meta_graph_for_mode(
+                builder,
+                input_receiver_fn_map,
+                checkpoint_path,
+                save_variables,
+                mode=mode,
+                export_tags=export_tags,
+                check_variables=check_variables,
+                strip_default_attrs=strip_default_attrs,
+            )
+        if self._export_to_tpu:
+            first = not self._export_to_cpu
+            super(TPUEstimator, self)._add_meta_graph_for_mode(
+                builder,
+                {INFERENCE_ON_TPU_MODE: input_receiver_fn_map[mode]},
+                checkpoint_path,
+                save_variables=first and save_variables,
+                mode=INFERENCE_ON_TPU_MODE,
+                export_tags=[tf.saved_model.SERVING, tf.saved_model.TPU],
+                check_variables=first,
+                strip_default_attrs=strip_default_attrs,
+            )
+
+    def _progress_hooks(self, ctx: ShardingContext, loss, every_n_runs: Optional[int]):
+        """Loss/step logging and examples/sec, as upstream installs them."""
+        hooks = []
+        if self._log_every_n_steps is None and self._log_every_n_secs is None:
+            return hooks
+        global_step = tf.compat.v1.train.get_global_step()
+        if every_n_runs is not None:
+            hooks.append(
+                tf.compat.v1.train.LoggingTensorHook({"loss": loss, "step": global_step}, every_n_iter=every_n_runs)
+            )
+        else:
+            hooks.append(
+                tf.compat.v1.train.LoggingTensorHook(
+                    {"loss": loss, "step": global_step}, every_n_secs=self._log_every_n_secs
+                )
+            )
+        output_dir = self.model_dir if self._config.save_summary_steps else None
+        hooks.append(
+            hooks_lib.ExamplesPerSecondHook(
+                ctx.global_batch_size,
+                every_n_steps=self._log_every_n_steps,
+                every_n_secs=self._log_every_n_secs,
+                output_dir=output_dir,
+            )
+        )
+        return hooks
 
 
 def call_user_model_fn(model_fn, features, labels, mode, config, params):
-  """Calls the user's `model_fn` with the arguments it declares, as upstream does.
+    """Calls the user's `model_fn` with the arguments it declares, as upstream does.
 
-  Raises:
-    ValueError: `model_fn` lacks `params`, or does not take labels while the input has them.
-  """
-  model_fn_args = _estimator_lib.fn_args(model_fn)
-  kwargs = {}
-  if 'labels' in model_fn_args:
-    kwargs['labels'] = labels
-  elif labels is not None:
-    raise ValueError('model_fn does not take labels, but input_fn returns labels.')
-  if 'mode' in model_fn_args:
-    kwargs['mode'] = mode
-  if 'config' in model_fn_args:
-    kwargs['config'] = config
-  if 'params' not in model_fn_args:
-    raise ValueError("model_fn ({}) does not include params argument, required by TPUEstimator to pass batch "
-                     "size as params['batch_size']".format(model_fn))
-  kwargs['params'] = params
-  return model_fn(features=features, **kwargs)
+    Raises:
+      ValueError: `model_fn` lacks `params`, or does not take labels while the input has them.
+    """
+    model_fn_args = _estimator_lib.fn_args(model_fn)
+    kwargs = {}
+    if "labels" in model_fn_args:
+        kwargs["labels"] = labels
+    elif labels is not None:
+        raise ValueError("model_fn does not take labels, but input_fn returns labels.")
+    if "mode" in model_fn_args:
+        kwargs["mode"] = mode
+    if "config" in model_fn_args:
+        kwargs["config"] = config
+    if "params" not in model_fn_args:
+        raise ValueError(
+            "model_fn ({}) does not include params argument, required by TPUEstimator to pass batch "
+            "size as params['batch_size']".format(model_fn)
+        )
+    kwargs["params"] = params
+    return model_fn(features=features, **kwargs)

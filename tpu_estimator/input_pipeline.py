@@ -5,6 +5,7 @@ Datasets are read in-graph: an initializable iterator is created once, outside t
 return tensors (allowed for PER_HOST_V1 and PER_SHARD_V1, as upstream) are fed through a host queue by an
 infeed thread (`TensorInfeedHook`).
 """
+
 import threading
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -19,294 +20,324 @@ ModeKeys = _estimator_lib.ModeKeys
 
 
 def split_features_and_labels(element: Any) -> Tuple[Any, Any]:
-  """`(features, labels)` from a dataset element or an `input_fn` result, as Estimator reads them."""
-  if isinstance(element, (tuple, list)):
-    if len(element) != 2:
-      raise ValueError('input_fn should return (features, labels) as a len 2 tuple.')
-    return element[0], element[1]
-  return element, None
+    """`(features, labels)` from a dataset element or an `input_fn` result, as Estimator reads them."""
+    if isinstance(element, (tuple, list)):
+        if len(element) != 2:
+            raise ValueError("input_fn should return (features, labels) as a len 2 tuple.")
+        return element[0], element[1]
+    return element, None
 
 
 def _is_dataset(value) -> bool:
-  return isinstance(value, (tf.data.Dataset, tf.compat.v1.data.Dataset))
+    return isinstance(value, (tf.data.Dataset, tf.compat.v1.data.Dataset))
 
 
 class DatasetInitializerHook(tf.compat.v1.train.SessionRunHook):
-  """Initialises the input iterators after the session is created (after an optional sleep)."""
+    """Initialises the input iterators after the session is created (after an optional sleep)."""
 
-  def __init__(self, initializers: List[tf.Operation], sleep_secs: Optional[int] = None):
-    self._initializers = initializers
-    self._sleep_secs = sleep_secs
+    def __init__(self, initializers: List[tf.Operation], sleep_secs: Optional[int] = None):
+        self._initializers = initializers
+        self._sleep_secs = sleep_secs
 
-  def after_create_session(self, session, coord):
-    if self._sleep_secs:
-      time.sleep(self._sleep_secs)
-    session.run(self._initializers)
+    def after_create_session(self, session, coord):
+        if self._sleep_secs:
+            time.sleep(self._sleep_secs)
+        session.run(self._initializers)
 
 
 class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
-  """Runs an enqueue op in a thread while the shards compute; errors reach the caller.
+    """Runs an enqueue op in a thread while the shards compute; errors reach the caller.
 
-  When the thread fails, the queue is closed (so the training loop's dequeue stops instead of hanging) and the
-  error is raised from the next hook call in the main thread.
-  """
+    When the thread fails, the queue is closed (so the training loop's dequeue stops instead of hanging) and the
+    error is raised from the next hook call in the main thread.
+    """
 
-  def __init__(self, enqueue_op: tf.Operation, close_op: tf.Operation, sleep_secs: Optional[int] = None):
-    self._enqueue_op = enqueue_op
-    self._close_op = close_op
-    self._sleep_secs = sleep_secs
-    self._thread = None
-    self._error = None
-    self._stop = threading.Event()
+    def __init__(self, enqueue_op: tf.Operation, close_op: tf.Operation, sleep_secs: Optional[int] = None):
+        self._enqueue_op = enqueue_op
+        self._close_op = close_op
+        self._sleep_secs = sleep_secs
+        self._thread = None
+        self._error = None
+        self._stop = threading.Event()
 
-  def after_create_session(self, session, coord):
-    self._stop.clear()
-    self._error = None
-    self._thread = threading.Thread(target=self._feed, args=(session,), name='tensor_infeed', daemon=True)
-    self._thread.start()
+    def after_create_session(self, session, coord):
+        self._stop.clear()
+        self._error = None
+        self._thread = threading.Thread(target=self._feed, args=(session,), name="tensor_infeed", daemon=True)
+        self._thread.start()
 
-  def _feed(self, session) -> None:
-    try:
-      if self._sleep_secs:
-        time.sleep(self._sleep_secs)
-      while not self._stop.is_set():
-        session.run(self._enqueue_op)
-    except (tf.errors.CancelledError, tf.errors.OutOfRangeError) as error:
-      if not self._stop.is_set() and isinstance(error, tf.errors.OutOfRangeError):
+    def _feed(self, session) -> None:
+        try:
+            if self._sleep_secs:
+                time.sleep(self._sleep_secs)
+            while not self._stop.is_set():
+                session.run(self._enqueue_op)
+        except (tf.errors.CancelledError, tf.errors.OutOfRangeError) as error:
+            if not self._stop.is_set() and isinstance(error, tf.errors.OutOfRangeError):
+                self._close(session)
+        except Exception as error:
+            self._error = error
+            self._close(session)
+
+    def _close(self, session) -> None:
+        try:
+            session.run(self._close_op)
+        except Exception:
+            pass
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def after_run(self, run_context, run_values):
+        self._raise_if_failed()
+
+    def end(self, session):
+        self._stop.set()
         self._close(session)
-    except Exception as error:  # pylint: disable=broad-except
-      self._error = error
-      self._close(session)
-
-  def _close(self, session) -> None:
-    try:
-      session.run(self._close_op)
-    except Exception:  # pylint: disable=broad-except
-      pass
-
-  def _raise_if_failed(self) -> None:
-    if self._error is not None:
-      error, self._error = self._error, None
-      raise error
-
-  def after_run(self, run_context, run_values):
-    self._raise_if_failed()
-
-  def end(self, session):
-    self._stop.set()
-    self._close(session)
-    if self._thread is not None:
-      self._thread.join(timeout=30)
-    self._raise_if_failed()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._raise_if_failed()
 
 
 class _Source(object):
-  """One `input_fn` invocation's output: a dataset iterator or a queue of tensors."""
+    """One `input_fn` invocation's output: a dataset iterator or a queue of tensors."""
 
-  def __init__(self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int]):
-    self.hook = None
-    self.initializer = None
-    with tf.device(device):
-      if _is_dataset(result):
-        self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
-        self.initializer = self._iterator.initializer
-        self._queue = None
-      elif not allow_tensors:
-        raise TypeError('`input_fn` must return a `Dataset` for this mode.')
-      else:
-        features, labels = split_features_and_labels(result)
-        flat = tf.nest.flatten((features, labels))
-        self._structure = (features, labels)
-        self._queue = tf.queue.FIFOQueue(capacity=2, dtypes=[t.dtype for t in flat],
-                                         shapes=[t.shape for t in flat])
-        self.hook = TensorInfeedHook(self._queue.enqueue(flat), self._queue.close(cancel_pending_enqueues=True),
-                                     sleep_secs)
-        self._iterator = None
-    self._device = device
+    def __init__(self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int]):
+        self.hook = None
+        self.initializer = None
+        with tf.device(device):
+            if _is_dataset(result):
+                self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
+                self.initializer = self._iterator.initializer
+                self._queue = None
+            elif not allow_tensors:
+                raise TypeError("`input_fn` must return a `Dataset` for this mode.")
+            else:
+                features, labels = split_features_and_labels(result)
+                flat = tf.nest.flatten((features, labels))
+                self._structure = (features, labels)
+                self._queue = tf.queue.FIFOQueue(
+                    capacity=2, dtypes=[t.dtype for t in flat], shapes=[t.shape for t in flat]
+                )
+                self.hook = TensorInfeedHook(
+                    self._queue.enqueue(flat), self._queue.close(cancel_pending_enqueues=True), sleep_secs
+                )
+                self._iterator = None
+        self._device = device
 
-  def get_next_or_empty(self) -> Tuple[Tuple[Any, Any], tf.Tensor, Callable[[], tf.Tensor]]:
-    """The next element, or an empty (0-row) one at the end; with `has_value` and an end-of-input raiser."""
-    with tf.device(self._device):
-      optional = self._iterator.get_next_as_optional()
-      spec = self._iterator.element_spec
-      empty = tf.nest.map_structure(lambda s: tf.zeros([0] + s.shape.as_list()[1:], s.dtype), spec)
-      element = tf.cond(optional.has_value(), optional.get_value, lambda: empty)
-      element = tf.nest.map_structure(lambda t, s: tf.ensure_shape(t, [None] + s.shape.as_list()[1:]),
-                                      element, spec)
-      raise_end = lambda: tf.size(tf.nest.flatten(self._iterator.get_next())[0]) < 0
-      return split_features_and_labels(element), optional.has_value(), raise_end
+    def get_next_or_empty(self) -> Tuple[Tuple[Any, Any], tf.Tensor, Callable[[], tf.Tensor]]:
+        """The next element, or an empty (0-row) one at the end; with `has_value` and an end-of-input raiser."""
+        with tf.device(self._device):
+            optional = self._iterator.get_next_as_optional()
+            spec = self._iterator.element_spec
+            empty = tf.nest.map_structure(lambda s: tf.zeros([0] + s.shape.as_list()[1:], s.dtype), spec)
+            element = tf.cond(optional.has_value(), optional.get_value, lambda: empty)
+            element = tf.nest.map_structure(
+                lambda t, s: tf.ensure_shape(t, [None] + s.shape.as_list()[1:]), element, spec
+            )
+            raise_end = lambda: tf.size(tf.nest.flatten(self._iterator.get_next())[0]) < 0
+            return split_features_and_labels(element), optional.has_value(), raise_end
 
-  def get_next(self) -> Tuple[Any, Any]:
-    with tf.device(self._device):
-      if self._iterator is not None:
-        return split_features_and_labels(self._iterator.get_next())
-      flat = self._queue.dequeue()
-      if not isinstance(flat, (list, tuple)):
-        flat = [flat]
-      return tf.nest.pack_sequence_as(self._structure, list(flat))
+    def get_next(self) -> Tuple[Any, Any]:
+        with tf.device(self._device):
+            if self._iterator is not None:
+                return split_features_and_labels(self._iterator.get_next())
+            flat = self._queue.dequeue()
+            if not isinstance(flat, (list, tuple)):
+                flat = [flat]
+            return tf.nest.pack_sequence_as(self._structure, list(flat))
 
 
 def _check_static_shapes(features: Any, labels: Any) -> None:
-  for name, value in (('features', features), ('labels', labels)):
-    if value is None:
-      continue
-    for tensor in tf.nest.flatten(value):
-      if isinstance(tensor, tf.SparseTensor):
-        continue
-      if not tensor.shape.is_fully_defined():
-        raise ValueError('The {} to the model returned by input_fn must have static shape. Tensor: {}'.format(
-            name, tensor))
+    for name, value in (("features", features), ("labels", labels)):
+        if value is None:
+            continue
+        for tensor in tf.nest.flatten(value):
+            if isinstance(tensor, tf.SparseTensor):
+                continue
+            if not tensor.shape.is_fully_defined():
+                raise ValueError(
+                    "The {} to the model returned by input_fn must have static shape. Tensor: {}".format(name, tensor)
+                )
 
 
 def _split(tensor, num: int, axis: int, name: str):
-  if isinstance(tensor, tf.SparseTensor):
-    if axis != 0:
-      raise ValueError('SparseTensor input {} can only be split on axis 0, got batch_axis {}.'.format(name, axis))
-    return tf.sparse.split(sp_input=tensor, num_split=num, axis=0)
-  size = tensor.shape[axis]
-  if size is not None and size % num != 0:
-    raise ValueError('The batch dimension {} of input {} (axis {}) must be divisible by the number of '
-                     'replicas {}.'.format(size, name, axis, num))
-  return tf.split(tensor, num, axis=axis)
+    if isinstance(tensor, tf.SparseTensor):
+        if axis != 0:
+            raise ValueError("SparseTensor input {} can only be split on axis 0, got batch_axis {}.".format(name, axis))
+        return tf.sparse.split(sp_input=tensor, num_split=num, axis=0)
+    size = tensor.shape[axis]
+    if size is not None and size % num != 0:
+        raise ValueError(
+            "The batch dimension {} of input {} (axis {}) must be divisible by the number of replicas {}.".format(
+                size, name, axis, num
+            )
+        )
+    return tf.split(tensor, num, axis=axis)
 
 
 class InputPipeline(object):
-  """Calls `input_fn` as the input mode says and yields per-replica `(features, labels)` each step.
+    """Calls `input_fn` as the input mode says and yields per-replica `(features, labels)` each step.
 
-  Args:
-    call_input_fn: `call_input_fn(context)` calls the user's `input_fn` with `params['context']=context`.
-    ctx: the `ShardingContext` of this mode.
-    batch_axis: for PER_HOST_V1/SLICED: one axis per flattened `(features, labels)` tensor; None = axis 0.
-  """
+    Args:
+      call_input_fn: `call_input_fn(context)` calls the user's `input_fn` with `params['context']=context`.
+      ctx: the `ShardingContext` of this mode.
+      batch_axis: for PER_HOST_V1/SLICED: one axis per flattened `(features, labels)` tensor; None = axis 0.
+    """
 
-  def __init__(self, call_input_fn: Callable[[TPUContext], Any], ctx: ShardingContext,
-               batch_axis: Optional[Sequence[int]] = None):
-    self._call_input_fn = call_input_fn
-    self._ctx = ctx
-    self._batch_axis = batch_axis
-    self._sources = []
-    self.hooks = []
+    def __init__(
+        self,
+        call_input_fn: Callable[[TPUContext], Any],
+        ctx: ShardingContext,
+        batch_axis: Optional[Sequence[int]] = None,
+    ):
+        self._call_input_fn = call_input_fn
+        self._ctx = ctx
+        self._batch_axis = batch_axis
+        self._sources = []
+        self.hooks = []
 
-  def build(self) -> List[tf.compat.v1.train.SessionRunHook]:
-    """Calls `input_fn` (outside any loop) and returns the hooks that start the input."""
-    ctx = self._ctx
-    mode = ctx.input_mode
-    allow_tensors = (ctx.mode != ModeKeys.PREDICT and
-                     mode in (InputPipelineConfig.PER_HOST_V1, InputPipelineConfig.PER_SHARD_V1))
-    sleep_secs = ctx.config.tpu_config.initial_infeed_sleep_secs
-    for device, index, total, consumed in ctx.input_fn_invocations():
-      context = TPUContext(ctx, input_device=device, invocation_index=index, call_from_input_fn=True,
-                           host_id=0, replicas_consumed=consumed, total_invocations=total)
-      with tf.device(device):
-        result = self._call_input_fn(context)
-      if ctx.mode == ModeKeys.PREDICT and not _is_dataset(result):
-        raise TypeError('For mode PREDICT, `input_fn` must return `Dataset` instead of `features` and `labels`.')
-      if mode == InputPipelineConfig.PER_HOST_V2 and not _is_dataset(result):
-        raise TypeError('`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.')
-      self._sources.append(_Source(result, device, allow_tensors, sleep_secs))
-    initializers = [s.initializer for s in self._sources if s.initializer is not None]
-    hooks = [s.hook for s in self._sources if s.hook is not None]
-    if initializers:
-      hooks.insert(0, DatasetInitializerHook(initializers, sleep_secs))
-    self.hooks = hooks
-    return hooks
+    def build(self) -> List[tf.compat.v1.train.SessionRunHook]:
+        """Calls `input_fn` (outside any loop) and returns the hooks that start the input."""
+        ctx = self._ctx
+        mode = ctx.input_mode
+        allow_tensors = ctx.mode != ModeKeys.PREDICT and mode in (
+            InputPipelineConfig.PER_HOST_V1,
+            InputPipelineConfig.PER_SHARD_V1,
+        )
+        sleep_secs = ctx.config.tpu_config.initial_infeed_sleep_secs
+        for device, index, total, consumed in ctx.input_fn_invocations():
+            context = TPUContext(
+                ctx,
+                input_device=device,
+                invocation_index=index,
+                call_from_input_fn=True,
+                host_id=0,
+                replicas_consumed=consumed,
+                total_invocations=total,
+            )
+            with tf.device(device):
+                result = self._call_input_fn(context)
+            if ctx.mode == ModeKeys.PREDICT and not _is_dataset(result):
+                raise TypeError(
+                    "For mode PREDICT, `input_fn` must return `Dataset` instead of `features` and `labels`."
+                )
+            if mode == InputPipelineConfig.PER_HOST_V2 and not _is_dataset(result):
+                raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
+            self._sources.append(_Source(result, device, allow_tensors, sleep_secs))
+        initializers = [s.initializer for s in self._sources if s.initializer is not None]
+        hooks = [s.hook for s in self._sources if s.hook is not None]
+        if initializers:
+            hooks.insert(0, DatasetInitializerHook(initializers, sleep_secs))
+        self.hooks = hooks
+        return hooks
 
-  def next_step(self) -> List[Tuple[Any, Any]]:
-    """Builds one step's reads; returns `(features, labels)` for every replica."""
-    ctx = self._ctx
-    num = ctx.num_replicas
-    mode = ctx.input_mode
-    self.padding_masks = None
-    if mode == InputPipelineConfig.PER_HOST_V2:
-      per_replica = []
-      masks = []
-      previous = None
-      has_values = []
-      for _ in range(num):
-        deps = [] if previous is None or ctx.config.tpu_config.experimental_allow_per_host_v2_parallel_get_next \
-            else [previous]
-        with tf.control_dependencies(deps):
-          if ctx.mode == ModeKeys.PREDICT:
-            # Replicas past the end of the input get an all-padding batch (upstream's stopping signals).
-            (features, labels), has_value, raise_end = self._sources[0].get_next_or_empty()
-            has_values.append(has_value)
-          else:
+    def next_step(self) -> List[Tuple[Any, Any]]:
+        """Builds one step's reads; returns `(features, labels)` for every replica."""
+        ctx = self._ctx
+        num = ctx.num_replicas
+        mode = ctx.input_mode
+        self.padding_masks = None
+        if mode == InputPipelineConfig.PER_HOST_V2:
+            per_replica = []
+            masks = []
+            previous = None
+            has_values = []
+            for _ in range(num):
+                deps = (
+                    []
+                    if previous is None or ctx.config.tpu_config.experimental_allow_per_host_v2_parallel_get_next
+                    else [previous]
+                )
+                with tf.control_dependencies(deps):
+                    if ctx.mode == ModeKeys.PREDICT:
+                        # Replicas past the end of the input get an all-padding batch (upstream's stopping signals).
+                        (features, labels), has_value, raise_end = self._sources[0].get_next_or_empty()
+                        has_values.append(has_value)
+                    else:
+                        features, labels = self._sources[0].get_next()
+                previous = tf.nest.flatten((features, labels))[0]
+                if ctx.mode == ModeKeys.PREDICT:
+                    (features, labels), mask = self._pad((features, labels), ctx.global_batch_size // num)
+                    masks.append(mask)
+                per_replica.append((features, labels))
+            if has_values:
+                with tf.device(ctx.host_device):
+                    any_value = tf.reduce_any(tf.stack(has_values))
+                    # At the end of the input (no replica got data) this reads the exhausted iterator: OutOfRange.
+                    guard = tf.cond(any_value, lambda: tf.constant(True), raise_end)
+                with tf.control_dependencies([guard]):
+                    masks = [tf.identity(m) for m in masks]
+            self.padding_masks = masks or None
+        elif mode == InputPipelineConfig.PER_SHARD_V1:
+            per_replica = [source.get_next() for source in self._sources]
+        else:
             features, labels = self._sources[0].get_next()
-        previous = tf.nest.flatten((features, labels))[0]
-        if ctx.mode == ModeKeys.PREDICT:
-          (features, labels), mask = self._pad((features, labels), ctx.global_batch_size // num)
-          masks.append(mask)
-        per_replica.append((features, labels))
-      if has_values:
-        with tf.device(ctx.host_device):
-          any_value = tf.reduce_any(tf.stack(has_values))
-          # At the end of the input (no replica got data) this reads the exhausted iterator: OutOfRange.
-          guard = tf.cond(any_value, lambda: tf.constant(True), raise_end)
-        with tf.control_dependencies([guard]):
-          masks = [tf.identity(m) for m in masks]
-      self.padding_masks = masks or None
-    elif mode == InputPipelineConfig.PER_SHARD_V1:
-      per_replica = [source.get_next() for source in self._sources]
-    else:
-      features, labels = self._sources[0].get_next()
-      mask = None
-      if ctx.mode == ModeKeys.PREDICT:
-        (features, labels), mask = self._pad((features, labels), ctx.global_batch_size)
-      else:
-        _check_static_shapes(features, labels)
-      if mode == InputPipelineConfig.BROADCAST:
-        per_replica = [(features, labels)] * num
-        if mask is not None:
-          self.padding_masks = [mask] + [tf.zeros_like(mask)] * (num - 1)
-      else:
-        per_replica = self._split_host_batch(features, labels)
-        if mask is not None:
-          self.padding_masks = tf.split(mask, num) if num > 1 else [mask]
-    if ctx.mode != ModeKeys.PREDICT:
-      for features, labels in per_replica:
-        _check_static_shapes(features, labels)
-    return per_replica
+            mask = None
+            if ctx.mode == ModeKeys.PREDICT:
+                (features, labels), mask = self._pad((features, labels), ctx.global_batch_size)
+            else:
+                _check_static_shapes(features, labels)
+            if mode == InputPipelineConfig.BROADCAST:
+                per_replica = [(features, labels)] * num
+                if mask is not None:
+                    self.padding_masks = [mask] + [tf.zeros_like(mask)] * (num - 1)
+            else:
+                per_replica = self._split_host_batch(features, labels)
+                if mask is not None:
+                    self.padding_masks = tf.split(mask, num) if num > 1 else [mask]
+        if ctx.mode != ModeKeys.PREDICT:
+            for features, labels in per_replica:
+                _check_static_shapes(features, labels)
+        return per_replica
 
-  def _pad(self, structure: Any, size: int) -> Tuple[Any, tf.Tensor]:
-    """Pads every tensor of a (possibly partial) PREDICT batch to `size` rows; returns the real-row mask."""
-    flat = tf.nest.flatten(structure)
-    if not flat:
-      raise ValueError('input_fn returned no tensors.')
-    with tf.device(self._ctx.host_device):
-      first = flat[0]
-      rows = (tf.cast(first.dense_shape[0], tf.int32) if isinstance(first, tf.SparseTensor)
-              else tf.shape(first, out_type=tf.int32)[0])
-      check = tf.debugging.assert_less_equal(
-          rows, size, message='PREDICT input_fn returned a batch larger than predict_batch_size')
-      padded = []
-      with tf.control_dependencies([check]):
-        for tensor in flat:
-          if tensor is None:
-            padded.append(None)
-            continue
-          if isinstance(tensor, tf.SparseTensor):
-            # Padded rows of a sparse batch are empty rows: only the batch size of the dense shape grows.
-            dense_shape = tf.concat([tf.cast([size], tf.int64), tensor.dense_shape[1:]], axis=0)
-            padded.append(tf.SparseTensor(tensor.indices, tensor.values, dense_shape))
-            continue
-          paddings = [[0, size - rows]] + [[0, 0]] * (tensor.shape.rank - 1)
-          out = tf.pad(tensor, paddings)
-          out.set_shape([size] + tensor.shape.as_list()[1:])
-          padded.append(out)
-      mask = tf.range(size) < rows
-    return tf.nest.pack_sequence_as(structure, padded), mask
+    def _pad(self, structure: Any, size: int) -> Tuple[Any, tf.Tensor]:
+        """Pads every tensor of a (possibly partial) PREDICT batch to `size` rows; returns the real-row mask."""
+        flat = tf.nest.flatten(structure)
+        if not flat:
+            raise ValueError("input_fn returned no tensors.")
+        with tf.device(self._ctx.host_device):
+            first = flat[0]
+            rows = (
+                tf.cast(first.dense_shape[0], tf.int32)
+                if isinstance(first, tf.SparseTensor)
+                else tf.shape(first, out_type=tf.int32)[0]
+            )
+            check = tf.debugging.assert_less_equal(
+                rows, size, message="PREDICT input_fn returned a batch larger than predict_batch_size"
+            )
+            padded = []
+            with tf.control_dependencies([check]):
+                for tensor in flat:
+                    if tensor is None:
+                        padded.append(None)
+                        continue
+                    if isinstance(tensor, tf.SparseTensor):
+                        # Padded rows of a sparse batch are empty rows: only the batch size of the dense shape grows.
+                        dense_shape = tf.concat([tf.cast([size], tf.int64), tensor.dense_shape[1:]], axis=0)
+                        padded.append(tf.SparseTensor(tensor.indices, tensor.values, dense_shape))
+                        continue
+                    paddings = [[0, size - rows]] + [[0, 0]] * (tensor.shape.rank - 1)
+                    out = tf.pad(tensor, paddings)
+                    out.set_shape([size] + tensor.shape.as_list()[1:])
+                    padded.append(out)
+            mask = tf.range(size) < rows
+        return tf.nest.pack_sequence_as(structure, padded), mask
 
-  def _split_host_batch(self, features: Any, labels: Any) -> List[Tuple[Any, Any]]:
-    num = self._ctx.num_replicas
-    if num == 1:
-      return [(features, labels)]
-    structure = (features, labels)
-    flat = tf.nest.flatten(structure, expand_composites=False)
-    names = ['input {}'.format(i) for i in range(len(flat))]
-    axes = list(self._batch_axis) if self._batch_axis is not None else [0] * len(flat)
-    if len(axes) != len(flat):
-      raise ValueError('batch_axis has {} entries but input_fn returned {} tensors.'.format(len(axes), len(flat)))
-    with tf.device(self._ctx.host_device):
-      pieces = [[None] * num if t is None else _split(t, num, axis, name)
-                for t, axis, name in zip(flat, axes, names)]
-    return [tf.nest.pack_sequence_as(structure, [p[r] for p in pieces]) for r in range(num)]
+    def _split_host_batch(self, features: Any, labels: Any) -> List[Tuple[Any, Any]]:
+        num = self._ctx.num_replicas
+        if num == 1:
+            return [(features, labels)]
+        structure = (features, labels)
+        flat = tf.nest.flatten(structure, expand_composites=False)
+        names = ["input {}".format(i) for i in range(len(flat))]
+        axes = list(self._batch_axis) if self._batch_axis is not None else [0] * len(flat)
+        if len(axes) != len(flat):
+            raise ValueError("batch_axis has {} entries but input_fn returned {} tensors.".format(len(axes), len(flat)))
+        with tf.device(self._ctx.host_device):
+            pieces = [
+                [None] * num if t is None else _split(t, num, axis, name) for t, axis, name in zip(flat, axes, names)
+            ]
+        return [tf.nest.pack_sequence_as(structure, [p[r] for p in pieces]) for r in range(num)]

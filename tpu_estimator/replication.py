@@ -9,6 +9,7 @@ variables are one logical copy, created by replica 0 and handed, in creation ord
 
 Only replica 0's side effects run (its `train_op`); the other replicas compute what the reductions need.
 """
+
 import sys
 import threading
 from typing import Any, Callable, List, Optional, Sequence
@@ -21,22 +22,22 @@ _current = threading.local()
 
 
 class ReplicaContext(object):
-  """Which replica is being built, inside `run_replicated`."""
+    """Which replica is being built, inside `run_replicated`."""
 
-  def __init__(self, replica_id: int, num_replicas: int, device: str, coordinator: '_Coordinator'):
-    self.replica_id = replica_id
-    self.num_replicas = num_replicas
-    self.device = device
-    self.coordinator = coordinator
+    def __init__(self, replica_id: int, num_replicas: int, device: str, coordinator: "_Coordinator"):
+        self.replica_id = replica_id
+        self.num_replicas = num_replicas
+        self.device = device
+        self.coordinator = coordinator
 
 
 def current_replica_context() -> Optional[ReplicaContext]:
-  """The replica being built by this thread, or None outside `run_replicated`."""
-  return getattr(_current, 'context', None)
+    """The replica being built by this thread, or None outside `run_replicated`."""
+    return getattr(_current, "context", None)
 
 
 class _Aborted(Exception):
-  """Raised in waiting replica threads when another replica failed."""
+    """Raised in waiting replica threads when another replica failed."""
 
 
 # Collections whose entries every replica needs (initialisers of lookup tables built inside `model_fn`).
@@ -50,359 +51,381 @@ _COLLECTIONS_FROM_ALL_REPLICAS = (
 
 
 class _Coordinator(object):
-  """Runs replica builds one at a time and builds the reductions between them."""
+    """Runs replica builds one at a time and builds the reductions between them."""
 
-  def __init__(self, graph: tf.Graph, devices: Sequence[str]):
-    self.graph = graph
-    self.devices = list(devices)
-    self.num_replicas = len(self.devices)
-    self.cv = threading.Condition()
-    self.turn = 0
-    self.error = None
-    self.sync_calls = [0] * self.num_replicas
-    self.finished = [False] * self.num_replicas
-    self.pending = [None] * self.num_replicas
-    self.outputs = None
-    self.num_reductions = 0
-    self.created_variables = []
-    self.variable_counters = [0] * self.num_replicas
-    self.collections = [None] * self.num_replicas
-    self.flow_contexts = [None] * self.num_replicas
+    def __init__(self, graph: tf.Graph, devices: Sequence[str]):
+        self.graph = graph
+        self.devices = list(devices)
+        self.num_replicas = len(self.devices)
+        self.cv = threading.Condition()
+        self.turn = 0
+        self.error = None
+        self.sync_calls = [0] * self.num_replicas
+        self.finished = [False] * self.num_replicas
+        self.pending = [None] * self.num_replicas
+        self.outputs = None
+        self.num_reductions = 0
+        self.created_variables = []
+        self.variable_counters = [0] * self.num_replicas
+        self.collections = [None] * self.num_replicas
+        self.flow_contexts = [None] * self.num_replicas
 
-  # Graph state that is not thread-local: swapped in and out when the turn changes hands.
-  def _switch_in(self, replica_id: int) -> None:
-    self.graph._collections = self.collections[replica_id]  # pylint: disable=protected-access
-    self.graph._set_control_flow_context(self.flow_contexts[replica_id])  # pylint: disable=protected-access
+    # Graph state that is not thread-local: swapped in and out when the turn changes hands.
+    def _switch_in(self, replica_id: int) -> None:
+        self.graph._collections = self.collections[replica_id]
+        self.graph._set_control_flow_context(self.flow_contexts[replica_id])
 
-  def _switch_out(self, replica_id: int) -> None:
-    self.collections[replica_id] = self.graph._collections  # pylint: disable=protected-access
-    self.flow_contexts[replica_id] = self.graph._get_control_flow_context()  # pylint: disable=protected-access
+    def _switch_out(self, replica_id: int) -> None:
+        self.collections[replica_id] = self.graph._collections
+        self.flow_contexts[replica_id] = self.graph._get_control_flow_context()
 
-  def _wait_for_turn(self, replica_id: int) -> None:
-    while self.turn != replica_id and self.error is None:
-      self.cv.wait()
-    if self.error is not None:
-      raise _Aborted()
-    self._switch_in(replica_id)
+    def _wait_for_turn(self, replica_id: int) -> None:
+        while self.turn != replica_id and self.error is None:
+            self.cv.wait()
+        if self.error is not None:
+            raise _Aborted()
+        self._switch_in(replica_id)
 
-  def _hand_over(self, replica_id: int, next_id: int) -> None:
-    self._switch_out(replica_id)
-    self.turn = next_id
-    self.cv.notify_all()
-
-  def start(self, replica_id: int) -> None:
-    with self.cv:
-      self._wait_for_turn(replica_id)
-
-  def fail(self, exc_info) -> None:
-    with self.cv:
-      if self.error is None:
-        self.error = exc_info
-      self.cv.notify_all()
-
-  def finish(self, replica_id: int) -> None:
-    """Marks a replica's build done and hands over; the last one checks that all agreed."""
-    with self.cv:
-      self.finished[replica_id] = True
-      if replica_id == self.num_replicas - 1:
-        self._check_agreement('finished building model_fn')
+    def _hand_over(self, replica_id: int, next_id: int) -> None:
         self._switch_out(replica_id)
-        self.turn = -1
+        self.turn = next_id
         self.cv.notify_all()
-      else:
-        self._hand_over(replica_id, replica_id + 1)
 
-  def _check_agreement(self, what: str) -> None:
-    last = self.num_replicas - 1
-    for other in range(last):
-      if self.finished[other] != self.finished[last] or self.sync_calls[other] != self.sync_calls[last]:
-        raise RuntimeError(
-            'Replicas diverged: replica {} {} after {} cross-replica reductions, but replica {} had made {} '
-            'and {}. model_fn must call cross_replica_sum (and CrossShardOptimizer) the same number of '
-            'times, in the same order, on every replica.'.format(
-                last, what, self.sync_calls[last], other, self.sync_calls[other],
-                'finished' if self.finished[other] else 'was waiting in a reduction'))
+    def start(self, replica_id: int) -> None:
+        with self.cv:
+            self._wait_for_turn(replica_id)
 
-  def reduce(self, replica_id: int, value: Any, merge_fn: Callable[[List[Any]], List[Any]]) -> Any:
-    """Contributes `value`; returns this replica's element of `merge_fn(values of all replicas)`."""
-    with self.cv:
-      self.sync_calls[replica_id] += 1
-      self.pending[replica_id] = value
-      if replica_id == self.num_replicas - 1:
-        self._check_agreement('called a cross-replica reduction')
-        self.outputs = merge_fn(list(self.pending))
-        self.num_reductions += 1
-        self._hand_over(replica_id, 0)
-      else:
-        self._hand_over(replica_id, replica_id + 1)
-      self._wait_for_turn(replica_id)
-      return self.outputs[replica_id]
+    def fail(self, exc_info) -> None:
+        with self.cv:
+            if self.error is None:
+                self.error = exc_info
+            self.cv.notify_all()
 
-  def shared_variable(self, replica_id: int, next_creator, kwargs):
-    """Variable creator: replica 0 creates, replica i gets replica 0's variable of the same creation index."""
-    if replica_id == 0:
-      variable = next_creator(**kwargs)
-      self.created_variables.append(variable)
-      return variable
-    index = self.variable_counters[replica_id]
-    self.variable_counters[replica_id] += 1
-    if index >= len(self.created_variables):
-      raise RuntimeError(
-          'Replica {} creates more variables than replica 0 (variable {!r}): model_fn must create the same '
-          'variables on every replica.'.format(replica_id, kwargs.get('name')))
-    variable = self.created_variables[index]
-    shape = kwargs.get('shape')
-    if shape is not None and tf.TensorShape(shape).is_fully_defined() and not tf.TensorShape(
-        shape).is_compatible_with(variable.shape):
-      raise RuntimeError('Replica {} creates variable {!r} of shape {} where replica 0 created {} of shape {}.'
-                         .format(replica_id, kwargs.get('name'), shape, variable.name, variable.shape))
-    # The replica's own view of the collections lists the variable as replica 0's did (optimizers read them).
-    keys = list(kwargs.get('collections') or [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
-    if kwargs.get('trainable', True) and tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES not in keys:
-      keys.append(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
-    for key in keys:
-      if not any(variable is v for v in self.graph.get_collection(key)):
-        self.graph.add_to_collection(key, variable)
-    return variable
+    def finish(self, replica_id: int) -> None:
+        """Marks a replica's build done and hands over; the last one checks that all agreed."""
+        with self.cv:
+            self.finished[replica_id] = True
+            if replica_id == self.num_replicas - 1:
+                self._check_agreement("finished building model_fn")
+                self._switch_out(replica_id)
+                self.turn = -1
+                self.cv.notify_all()
+            else:
+                self._hand_over(replica_id, replica_id + 1)
+
+    def _check_agreement(self, what: str) -> None:
+        last = self.num_replicas - 1
+        for other in range(last):
+            if self.finished[other] != self.finished[last] or self.sync_calls[other] != self.sync_calls[last]:
+                raise RuntimeError(
+                    "Replicas diverged: replica {} {} after {} cross-replica reductions, but replica {} had made {} "
+                    "and {}. model_fn must call cross_replica_sum (and CrossShardOptimizer) the same number of "
+                    "times, in the same order, on every replica.".format(
+                        last,
+                        what,
+                        self.sync_calls[last],
+                        other,
+                        self.sync_calls[other],
+                        "finished" if self.finished[other] else "was waiting in a reduction",
+                    )
+                )
+
+    def reduce(self, replica_id: int, value: Any, merge_fn: Callable[[List[Any]], List[Any]]) -> Any:
+        """Contributes `value`; returns this replica's element of `merge_fn(values of all replicas)`."""
+        with self.cv:
+            self.sync_calls[replica_id] += 1
+            self.pending[replica_id] = value
+            if replica_id == self.num_replicas - 1:
+                self._check_agreement("called a cross-replica reduction")
+                self.outputs = merge_fn(list(self.pending))
+                self.num_reductions += 1
+                self._hand_over(replica_id, 0)
+            else:
+                self._hand_over(replica_id, replica_id + 1)
+            self._wait_for_turn(replica_id)
+            return self.outputs[replica_id]
+
+    def shared_variable(self, replica_id: int, next_creator, kwargs):
+        """Variable creator: replica 0 creates, replica i gets replica 0's variable of the same creation index."""
+        if replica_id == 0:
+            variable = next_creator(**kwargs)
+            self.created_variables.append(variable)
+            return variable
+        index = self.variable_counters[replica_id]
+        self.variable_counters[replica_id] += 1
+        if index >= len(self.created_variables):
+            raise RuntimeError(
+                "Replica {} creates more variables than replica 0 (variable {!r}): model_fn must create the same "
+                "variables on every replica.".format(replica_id, kwargs.get("name"))
+            )
+        variable = self.created_variables[index]
+        shape = kwargs.get("shape")
+        if (
+            shape is not None
+            and tf.TensorShape(shape).is_fully_defined()
+            and not tf.TensorShape(shape).is_compatible_with(variable.shape)
+        ):
+            raise RuntimeError(
+                "Replica {} creates variable {!r} of shape {} where replica 0 created {} of shape {}.".format(
+                    replica_id, kwargs.get("name"), shape, variable.name, variable.shape
+                )
+            )
+        # The replica's own view of the collections lists the variable as replica 0's did (optimizers read them).
+        keys = list(kwargs.get("collections") or [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
+        if kwargs.get("trainable", True) and tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES not in keys:
+            keys.append(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+        for key in keys:
+            if not any(variable is v for v in self.graph.get_collection(key)):
+                self.graph.add_to_collection(key, variable)
+        return variable
 
 
 def _replica_collections(base: dict, replica_id: int) -> dict:
-  """A copy of the graph collections for one replica (replicas > 0 get a fresh variable store)."""
-  collections = {key: list(value) for key, value in base.items()}
-  if replica_id > 0:
-    collections[_tf_internal.VARSTORE_KEY] = [_tf_internal.copy_variable_store(base)]
-  return collections
+    """A copy of the graph collections for one replica (replicas > 0 get a fresh variable store)."""
+    collections = {key: list(value) for key, value in base.items()}
+    if replica_id > 0:
+        collections[_tf_internal.VARSTORE_KEY] = [_tf_internal.copy_variable_store(base)]
+    return collections
 
 
 def _merge_collections(base: dict, per_replica: List[dict]) -> dict:
-  merged = per_replica[0]
-  for key in _COLLECTIONS_FROM_ALL_REPLICAS:
-    known = list(merged.get(key, []))
-    for collections in per_replica[1:]:
-      for item in collections.get(key, []):
-        if not any(item is k for k in known):
-          known.append(item)
-    if known:
-      merged[key] = known
-  if _tf_internal.VARSTORE_KEY in base:
-    merged[_tf_internal.VARSTORE_KEY] = base[_tf_internal.VARSTORE_KEY]
-  return merged
+    merged = per_replica[0]
+    for key in _COLLECTIONS_FROM_ALL_REPLICAS:
+        known = list(merged.get(key, []))
+        for collections in per_replica[1:]:
+            for item in collections.get(key, []):
+                if not any(item is k for k in known):
+                    known.append(item)
+        if known:
+            merged[key] = known
+    if _tf_internal.VARSTORE_KEY in base:
+        merged[_tf_internal.VARSTORE_KEY] = base[_tf_internal.VARSTORE_KEY]
+    return merged
 
 
 def run_replicated(fn: Callable[[int], Any], devices: Sequence[str], stats: Optional[dict] = None) -> List[Any]:
-  """Builds `fn(replica_id)` once per device, each on its device, with reductions between replicas.
+    """Builds `fn(replica_id)` once per device, each on its device, with reductions between replicas.
 
-  Args:
-    fn: builds one replica; called with the replica id in a replica context (see `cross_replica_sum`).
-    devices: one device name per replica.
-    stats: optional dict that receives `num_reductions`, the number of cross-replica reductions built.
+    Args:
+      fn: builds one replica; called with the replica id in a replica context (see `cross_replica_sum`).
+      devices: one device name per replica.
+      stats: optional dict that receives `num_reductions`, the number of cross-replica reductions built.
 
-  Returns:
-    The list of `fn` results, one per replica.
+    Returns:
+      The list of `fn` results, one per replica.
 
-  Raises:
-    Whatever `fn` raised in any replica (the first error), or RuntimeError when replicas diverge.
-  """
-  graph = tf.compat.v1.get_default_graph()
-  # Replica threads interleave device/colocation/control-dependency scopes: they must be per thread, as in
-  # TF2 graphs (TF1 behaviour, e.g. after tf.compat.v1.disable_v2_behavior(), shares them). As MirroredStrategy.
-  graph.switch_to_thread_local()
-  coordinator = _Coordinator(graph, devices)
-  base_collections = graph._collections  # pylint: disable=protected-access
-  flow_context = graph._get_control_flow_context()  # pylint: disable=protected-access
-  var_scope = tf.compat.v1.get_variable_scope()
-  creator_stack = list(graph._variable_creator_stack)  # pylint: disable=protected-access
-  for replica_id in range(len(devices)):
-    coordinator.collections[replica_id] = _replica_collections(base_collections, replica_id)
-    coordinator.flow_contexts[replica_id] = flow_context
-  results = [None] * len(devices)
+    Raises:
+      Whatever `fn` raised in any replica (the first error), or RuntimeError when replicas diverge.
+    """
+    graph = tf.compat.v1.get_default_graph()
+    # Replica threads interleave device/colocation/control-dependency scopes: they must be per thread, as in
+    # TF2 graphs (TF1 behaviour, e.g. after tf.compat.v1.disable_v2_behavior(), shares them). As MirroredStrategy.
+    graph.switch_to_thread_local()
+    coordinator = _Coordinator(graph, devices)
+    base_collections = graph._collections
+    flow_context = graph._get_control_flow_context()
+    var_scope = tf.compat.v1.get_variable_scope()
+    creator_stack = list(graph._variable_creator_stack)
+    for replica_id in range(len(devices)):
+        coordinator.collections[replica_id] = _replica_collections(base_collections, replica_id)
+        coordinator.flow_contexts[replica_id] = flow_context
+    results = [None] * len(devices)
 
-  def body(replica_id: int) -> None:
-    try:
-      coordinator.start(replica_id)
-      with graph.as_default(), _tf_internal.variable_creator_stack(graph, creator_stack), \
-          graph.name_scope(None if replica_id == 0 else 'replica_%d' % replica_id), \
-          tf.compat.v1.variable_scope(var_scope, auxiliary_name_scope=False), \
-          tf.compat.v1.variable_creator_scope(
-              lambda next_creator, **kw: coordinator.shared_variable(replica_id, next_creator, kw)), \
-          _tf_internal.tpu_shard_context(len(devices)), \
-          graph.device(devices[replica_id]):
-        _current.context = ReplicaContext(replica_id, len(devices), devices[replica_id], coordinator)
+    def body(replica_id: int) -> None:
         try:
-          results[replica_id] = fn(replica_id)
-        finally:
-          _current.context = None
-      coordinator.finish(replica_id)
-    except _Aborted:
-      pass
-    except BaseException:  # pylint: disable=broad-except
-      coordinator.fail(sys.exc_info())
+            coordinator.start(replica_id)
+            with (
+                graph.as_default(),
+                _tf_internal.variable_creator_stack(graph, creator_stack),
+                graph.name_scope(None if replica_id == 0 else "replica_%d" % replica_id),
+                tf.compat.v1.variable_scope(var_scope, auxiliary_name_scope=False),
+                tf.compat.v1.variable_creator_scope(
+                    lambda next_creator, **kw: coordinator.shared_variable(replica_id, next_creator, kw)
+                ),
+                _tf_internal.tpu_shard_context(len(devices)),
+                graph.device(devices[replica_id]),
+            ):
+                _current.context = ReplicaContext(replica_id, len(devices), devices[replica_id], coordinator)
+                try:
+                    results[replica_id] = fn(replica_id)
+                finally:
+                    _current.context = None
+            coordinator.finish(replica_id)
+        except _Aborted:
+            pass
+        except BaseException:
+            coordinator.fail(sys.exc_info())
 
-  threads = [threading.Thread(target=body, args=(i,), name='replica_%d' % i, daemon=True)
-             for i in range(len(devices))]
-  with _tf_internal.cross_replica_sum_as_ours(cross_replica_sum):
-    for thread in threads:
-      thread.start()
-    for thread in threads:
-      thread.join()
-  graph._set_control_flow_context(flow_context)  # pylint: disable=protected-access
-  if coordinator.error is not None:
-    graph._collections = base_collections  # pylint: disable=protected-access
-    _, exc, tb = coordinator.error
-    raise exc.with_traceback(tb)
-  graph._collections = _merge_collections(base_collections, coordinator.collections)  # pylint: disable=protected-access
-  if stats is not None:
-    stats['num_reductions'] = coordinator.num_reductions
-  return results
+    threads = [
+        threading.Thread(target=body, args=(i,), name="replica_%d" % i, daemon=True) for i in range(len(devices))
+    ]
+    with _tf_internal.cross_replica_sum_as_ours(cross_replica_sum):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    graph._set_control_flow_context(flow_context)
+    if coordinator.error is not None:
+        graph._collections = base_collections
+        _, exc, tb = coordinator.error
+        raise exc.with_traceback(tb)
+    graph._collections = _merge_collections(base_collections, coordinator.collections)
+    if stats is not None:
+        stats["num_reductions"] = coordinator.num_reductions
+    return results
 
 
 def _sum_groups(values: List[tf.Tensor], devices: Sequence[str], group_assignment) -> List[tf.Tensor]:
-  """Sums `values` within each group of replicas; one result per replica."""
-  num_replicas = len(values)
-  groups = group_assignment if group_assignment is not None else [list(range(num_replicas))]
-  seen = sorted(int(r) for group in groups for r in group)
-  if seen != list(range(num_replicas)):
-    raise ValueError('group_assignment {} must name every replica 0..{} exactly once.'.format(
-        group_assignment, num_replicas - 1))
-  outputs = [None] * num_replicas
-  for group in groups:
-    group = [int(r) for r in group]
-    members = [values[r] for r in group]
-    if all(devices[r].startswith('/device:GPU') for r in group) and len(group) > 1:
-      summed = _tf_internal.nccl_all_sum(members, [devices[r] for r in group])
-    else:
-      with tf.device(devices[group[0]]):
-        summed = [tf.math.add_n(members)] * len(group)
-    for r, s in zip(group, summed):
-      outputs[r] = s
-  return outputs
+    """Sums `values` within each group of replicas; one result per replica."""
+    num_replicas = len(values)
+    groups = group_assignment if group_assignment is not None else [list(range(num_replicas))]
+    seen = sorted(int(r) for group in groups for r in group)
+    if seen != list(range(num_replicas)):
+        raise ValueError(
+            "group_assignment {} must name every replica 0..{} exactly once.".format(group_assignment, num_replicas - 1)
+        )
+    outputs = [None] * num_replicas
+    for group in groups:
+        group = [int(r) for r in group]
+        members = [values[r] for r in group]
+        if all(devices[r].startswith("/device:GPU") for r in group) and len(group) > 1:
+            summed = _tf_internal.nccl_all_sum(members, [devices[r] for r in group])
+        else:
+            with tf.device(devices[group[0]]):
+                summed = [tf.math.add_n(members)] * len(group)
+        for r, s in zip(group, summed):
+            outputs[r] = s
+    return outputs
 
 
 def all_reduce_sum(value: tf.Tensor, group_assignment=None, name: Optional[str] = None) -> tf.Tensor:
-  """The sum of `value` over replicas (within the replica's group), without a custom gradient.
+    """The sum of `value` over replicas (within the replica's group), without a custom gradient.
 
-  Outside `run_replicated` it returns `value` unchanged (a single replica).
-  """
-  context = current_replica_context()
-  value = tf.convert_to_tensor(value)
-  if context is None:
-    return tf.identity(value, name=name)
-  coordinator = context.coordinator
+    Outside `run_replicated` it returns `value` unchanged (a single replica).
+    """
+    context = current_replica_context()
+    value = tf.convert_to_tensor(value)
+    if context is None:
+        return tf.identity(value, name=name)
+    coordinator = context.coordinator
 
-  def merge(values):
-    for i, v in enumerate(values):
-      if v.dtype != values[0].dtype or not v.shape.is_compatible_with(values[0].shape):
-        raise ValueError(
-            'Replicas diverged: in a cross_replica_sum, replica {} passed {} {} but replica 0 passed {} {}. '
-            'Every replica must make the same reductions, in the same order, on tensors of the same shape.'
-            .format(i, v.dtype.name, v.shape, values[0].dtype.name, values[0].shape))
-    with tf.name_scope(name or 'cross_replica_sum'):
-      return _sum_groups(values, coordinator.devices, group_assignment)
+    def merge(values):
+        for i, v in enumerate(values):
+            if v.dtype != values[0].dtype or not v.shape.is_compatible_with(values[0].shape):
+                raise ValueError(
+                    "Replicas diverged: in a cross_replica_sum, replica {} passed {} {} but replica 0 passed {} {}. "
+                    "Every replica must make the same reductions, in the same order, on tensors of the same shape.".format(
+                        i, v.dtype.name, v.shape, values[0].dtype.name, values[0].shape
+                    )
+                )
+        with tf.name_scope(name or "cross_replica_sum"):
+            return _sum_groups(values, coordinator.devices, group_assignment)
 
-  return coordinator.reduce(context.replica_id, value, merge)
+    return coordinator.reduce(context.replica_id, value, merge)
 
 
 def cross_replica_sum(x, group_assignment=None, name: Optional[str] = None) -> tf.Tensor:
-  """Sums `x` across replicas, like `tf.compat.v1.tpu.cross_replica_sum`.
+    """Sums `x` across replicas, like `tf.compat.v1.tpu.cross_replica_sum`.
 
-  The gradient is, as on a TPU, the cross-replica sum of the incoming gradients.
+    The gradient is, as on a TPU, the cross-replica sum of the incoming gradients.
 
-  Args:
-    x: the local tensor.
-    group_assignment: optional `[num_groups, replicas_per_group]` list: sum within each group.
-    name: optional op name.
+    Args:
+      x: the local tensor.
+      group_assignment: optional `[num_groups, replicas_per_group]` list: sum within each group.
+      name: optional op name.
 
-  Returns:
-    The sum over the replicas of the group (the input itself outside replication).
-  """
-  x = tf.convert_to_tensor(x)
-  if current_replica_context() is None:
-    return tf.identity(x, name=name)
+    Returns:
+      The sum over the replicas of the group (the input itself outside replication).
+    """
+    x = tf.convert_to_tensor(x)
+    if current_replica_context() is None:
+        return tf.identity(x, name=name)
 
-  @tf.custom_gradient
-  def _local_identity(local):
-    def grad(dy):
-      return all_reduce_sum(dy, group_assignment)
-    return tf.identity(local), grad
+    @tf.custom_gradient
+    def _local_identity(local):
+        def grad(dy):
+            return all_reduce_sum(dy, group_assignment)
 
-  summed = all_reduce_sum(x, group_assignment, name)
-  # Value: the sum. Gradient: only through this replica's own input (then summed across replicas).
-  local = _local_identity(x)
-  return tf.stop_gradient(summed) + (local - tf.stop_gradient(local))
+        return tf.identity(local), grad
+
+    summed = all_reduce_sum(x, group_assignment, name)
+    # Value: the sum. Gradient: only through this replica's own input (then summed across replicas).
+    local = _local_identity(x)
+    return tf.stop_gradient(summed) + (local - tf.stop_gradient(local))
 
 
 class CrossShardOptimizer(tf.compat.v1.train.Optimizer):
-  """An optimizer that averages (or sums) gradients across shards, like `tf.compat.v1.tpu.CrossShardOptimizer`.
+    """An optimizer that averages (or sums) gradients across shards, like `tf.compat.v1.tpu.CrossShardOptimizer`.
 
-  Args:
-    opt: the wrapped `tf.compat.v1.train.Optimizer`.
-    reduction: `tf.compat.v1.losses.Reduction.MEAN` (loss scaled by 1/num_shards) or `SUM`.
-    name: optional name.
-    group_assignment: optional replica groups: gradients are summed within each group.
+    Args:
+      opt: the wrapped `tf.compat.v1.train.Optimizer`.
+      reduction: `tf.compat.v1.losses.Reduction.MEAN` (loss scaled by 1/num_shards) or `SUM`.
+      name: optional name.
+      group_assignment: optional replica groups: gradients are summed within each group.
 
-  Raises:
-    ValueError: `reduction` is neither MEAN nor SUM.
-  """
+    Raises:
+      ValueError: `reduction` is neither MEAN nor SUM.
+    """
 
-  def __init__(self, opt, reduction=tf.compat.v1.losses.Reduction.MEAN, name='CrossShardOptimizer',
-               group_assignment=None):
-    accepted = (tf.compat.v1.losses.Reduction.MEAN, tf.compat.v1.losses.Reduction.SUM)
-    if reduction not in accepted:
-      raise ValueError('Unsupported reduction: %s.' % reduction)
-    super(CrossShardOptimizer, self).__init__(False, name)
-    self._opt = opt
-    self._reduction = reduction
-    self._group_assignment = group_assignment
+    def __init__(
+        self, opt, reduction=tf.compat.v1.losses.Reduction.MEAN, name="CrossShardOptimizer", group_assignment=None
+    ):
+        accepted = (tf.compat.v1.losses.Reduction.MEAN, tf.compat.v1.losses.Reduction.SUM)
+        if reduction not in accepted:
+            raise ValueError("Unsupported reduction: %s." % reduction)
+        super(CrossShardOptimizer, self).__init__(False, name)
+        self._opt = opt
+        self._reduction = reduction
+        self._group_assignment = group_assignment
 
-  def _num_in_group(self) -> int:
-    context = current_replica_context()
-    num_replicas = context.num_replicas if context else 1
-    if not self._group_assignment:
-      return num_replicas
-    sizes = {len(group) for group in self._group_assignment}
-    if len(sizes) != 1:
-      raise ValueError('The group sizes of group_assignment must be equal, got {}'.format(
-          self._group_assignment))
-    return sizes.pop()
+    def _num_in_group(self) -> int:
+        context = current_replica_context()
+        num_replicas = context.num_replicas if context else 1
+        if not self._group_assignment:
+            return num_replicas
+        sizes = {len(group) for group in self._group_assignment}
+        if len(sizes) != 1:
+            raise ValueError("The group sizes of group_assignment must be equal, got {}".format(self._group_assignment))
+        return sizes.pop()
 
-  def compute_gradients(self, loss, var_list=None, **kwargs):
-    """Gradients of `loss`, scaled by 1/num_shards under MEAN reduction."""
-    num = self._num_in_group()
-    if num > 1 and self._reduction == tf.compat.v1.losses.Reduction.MEAN:
-      loss *= 1.0 / num
-    return self._opt.compute_gradients(loss, var_list=var_list, **kwargs)
+    def compute_gradients(self, loss, var_list=None, **kwargs):
+        """Gradients of `loss`, scaled by 1/num_shards under MEAN reduction."""
+        num = self._num_in_group()
+        if num > 1 and self._reduction == tf.compat.v1.losses.Reduction.MEAN:
+            loss *= 1.0 / num
+        return self._opt.compute_gradients(loss, var_list=var_list, **kwargs)
 
-  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-    """Sums each gradient across shards, then applies it with the wrapped optimizer."""
-    summed = []
-    for grad, var in grads_and_vars:
-      if grad is None:
-        summed.append((grad, var))
-      else:
-        with tf.compat.v1.colocate_with(grad):
-          summed.append((all_reduce_sum(tf.convert_to_tensor(grad), self._group_assignment), var))
-    return self._opt.apply_gradients(summed, global_step, name)
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Sums each gradient across shards, then applies it with the wrapped optimizer."""
+        summed = []
+        for grad, var in grads_and_vars:
+            if grad is None:
+                summed.append((grad, var))
+            else:
+                with tf.compat.v1.colocate_with(grad):
+                    summed.append((all_reduce_sum(tf.convert_to_tensor(grad), self._group_assignment), var))
+        return self._opt.apply_gradients(summed, global_step, name)
 
-  def get_slot(self, *args, **kwargs):
-    return self._opt.get_slot(*args, **kwargs)
+    def get_slot(self, *args, **kwargs):
+        return self._opt.get_slot(*args, **kwargs)
 
-  def get_slot_names(self, *args, **kwargs):
-    return self._opt.get_slot_names(*args, **kwargs)
+    def get_slot_names(self, *args, **kwargs):
+        return self._opt.get_slot_names(*args, **kwargs)
 
-  def variables(self):
-    return self._opt.variables()
+    def variables(self):
+        return self._opt.variables()
 
 
 def outside_compilation(computation: Callable[..., Any], *args, **kwargs) -> Any:
-  """Runs `computation(*args, **kwargs)` on the host device (this process's CPU).
+    """Runs `computation(*args, **kwargs)` on the host device (this process's CPU).
 
-  Args:
-    computation: a Python function building TensorFlow ops.
-    *args: positional arguments for `computation`.
-    **kwargs: keyword arguments for `computation`.
+    Args:
+      computation: a Python function building TensorFlow ops.
+      *args: positional arguments for `computation`.
+      **kwargs: keyword arguments for `computation`.
 
-  Returns:
-    What `computation` returns.
-  """
-  with tf.device('/device:CPU:0'):
-    return computation(*args, **kwargs)
+    Returns:
+      What `computation` returns.
+    """
+    with tf.device("/device:CPU:0"):
+        return computation(*args, **kwargs)

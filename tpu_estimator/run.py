@@ -25,139 +25,149 @@ A `ValueError`/`TypeError`/`NotImplementedError` raised by tpu_estimator's own c
 traceback, two lines: where the program called into us, then the error, which says what to change. The exit
 status is 1. Other errors propagate with their full traceback.
 """
+
 import os
 import runpy
 import sys
 import traceback
 from typing import List, Optional, Sequence, Tuple
 
-NUM_SHARDS_ENV = 'TPU_ESTIMATOR_NUM_SHARDS'
-TRACEBACK_ENV = 'TPU_ESTIMATOR_TRACEBACK'
-_PROG = 'tpu-estimator-run'
+NUM_SHARDS_ENV = "TPU_ESTIMATOR_NUM_SHARDS"
+TRACEBACK_ENV = "TPU_ESTIMATOR_TRACEBACK"
+_PROG = "tpu-estimator-run"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _CONFIG_ERRORS = (ValueError, TypeError, NotImplementedError)
 
 
 class _UsageError(Exception):
-  pass
+    pass
 
 
 def _parse(argv: Sequence[str]) -> Tuple[dict, List[str]]:
-  """Splits launcher options from `[script|-m module] args...`."""
-  options = {'num_shards': None, 'traceback': False, 'module': None}
-  args = list(argv)
-  while args:
-    arg = args[0]
-    if arg in ('-h', '--help'):
-      options['help'] = True
-      return options, []
-    if arg == '--traceback':
-      options['traceback'] = True
-      args.pop(0)
-    elif arg.startswith('--num_shards'):
-      args.pop(0)
-      if arg == '--num_shards':
-        if not args:
-          raise _UsageError('--num_shards needs a value')
-        value = args.pop(0)
-      else:
-        value = arg.partition('=')[2]
-      if not value.isdigit() or int(value) <= 0:
-        raise _UsageError('--num_shards must be a positive integer, got {!r}'.format(value))
-      options['num_shards'] = value
-    elif arg == '-m':
-      args.pop(0)
-      if not args:
-        raise _UsageError('-m needs a module name')
-      options['module'] = args.pop(0)
-      return options, args
-    elif arg == '--':
-      args.pop(0)
-      break
-    elif arg.startswith('-'):
-      raise _UsageError('unknown launcher option {!r} (program options go after the script)'.format(arg))
-    else:
-      break
-  if not args:
-    raise _UsageError('no program given')
-  return options, args
+    """Splits launcher options from `[script|-m module] args...`."""
+    options = {"num_shards": None, "traceback": False, "module": None}
+    args = list(argv)
+    while args:
+        arg = args[0]
+        if arg in ("-h", "--help"):
+            options["help"] = True
+            return options, []
+        if arg == "--traceback":
+            options["traceback"] = True
+            args.pop(0)
+        elif arg.startswith("--num_shards"):
+            args.pop(0)
+            if arg == "--num_shards":
+                if not args:
+                    raise _UsageError("--num_shards needs a value")
+                value = args.pop(0)
+            else:
+                value = arg.partition("=")[2]
+            if not value.isdigit() or int(value) <= 0:
+                raise _UsageError("--num_shards must be a positive integer, got {!r}".format(value))
+            options["num_shards"] = value
+        elif arg == "-m":
+            args.pop(0)
+            if not args:
+                raise _UsageError("-m needs a module name")
+            options["module"] = args.pop(0)
+            return options, args
+        elif arg == "--":
+            args.pop(0)
+            break
+        elif arg.startswith("-"):
+            raise _UsageError("unknown launcher option {!r} (program options go after the script)".format(arg))
+        else:
+            break
+    if not args:
+        raise _UsageError("no program given")
+    return options, args
 
 
 def _is_ours(frame_file: str) -> bool:
-  return os.path.abspath(frame_file).startswith(_PACKAGE_DIR + os.sep)
+    return os.path.abspath(frame_file).startswith(_PACKAGE_DIR + os.sep)
 
 
 def _config_error_origin(exc: BaseException) -> Optional[str]:
-  """`file:line in function` of the program's call into tpu_estimator, if `exc` was raised by our checks."""
-  if not isinstance(exc, _CONFIG_ERRORS):
-    return None
-  frames = traceback.extract_tb(exc.__traceback__)
-  if not frames or not _is_ours(frames[-1].filename):
-    return None
-  site_packages = ('site-packages' + os.sep, 'dist-packages' + os.sep)
-  user = [f for f in frames
-          if not _is_ours(f.filename) and not any(p in f.filename for p in site_packages) and
-          f.filename != __file__ and not f.filename.startswith('<frozen')]
-  if not user:
-    return 'tpu_estimator'
-  return '{}:{} in {}'.format(user[-1].filename, user[-1].lineno, user[-1].name)
+    """`file:line in function` of the program's call into tpu_estimator, if `exc` was raised by our checks."""
+    if not isinstance(exc, _CONFIG_ERRORS):
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or not _is_ours(frames[-1].filename):
+        return None
+    site_packages = ("site-packages" + os.sep, "dist-packages" + os.sep)
+    user = [
+        f
+        for f in frames
+        if not _is_ours(f.filename)
+        and not any(p in f.filename for p in site_packages)
+        and f.filename != __file__
+        and not f.filename.startswith("<frozen")
+    ]
+    if not user:
+        return "tpu_estimator"
+    return "{}:{} in {}".format(user[-1].filename, user[-1].lineno, user[-1].name)
 
 
 def _run_program(options: dict, args: List[str]) -> None:
-  from tpu_estimator import compat  # pylint: disable=g-import-not-at-top
-  compat.install()
-  if options['module']:
-    sys.argv = [options['module']] + args[:]
-    sys.path[0:1] = [os.getcwd()]  # As `python -m`: the working directory first.
-    runpy.run_module(options['module'], run_name='__main__', alter_sys=True)
-    return
-  script = args[0]
-  if not os.path.exists(script):
-    raise _UsageError("can't open file {!r}: no such file".format(script))
-  sys.argv = list(args)
-  sys.path[0:1] = [os.path.dirname(os.path.abspath(script))]
-  runpy.run_path(script, run_name='__main__')
+    from tpu_estimator import compat
+
+    compat.install()
+    if options["module"]:
+        sys.argv = [options["module"]] + args[:]
+        sys.path[0:1] = [os.getcwd()]  # As `python -m`: the working directory first.
+        runpy.run_module(options["module"], run_name="__main__", alter_sys=True)
+        return
+    script = args[0]
+    if not os.path.exists(script):
+        raise _UsageError("can't open file {!r}: no such file".format(script))
+    sys.argv = list(args)
+    sys.path[0:1] = [os.path.dirname(os.path.abspath(script))]
+    runpy.run_path(script, run_name="__main__")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  """Runs the program given on the command line; returns the exit status.
+    """Runs the program given on the command line; returns the exit status.
 
-  Args:
-    argv: the launcher's arguments without the launcher itself (default `sys.argv[1:]`).
+    Args:
+      argv: the launcher's arguments without the launcher itself (default `sys.argv[1:]`).
 
-  Returns:
-    0 on success, 1 on a configuration error raised by tpu_estimator, 2 on a usage error. A program's
-    `sys.exit(n)` propagates as `SystemExit`.
-  """
-  argv = sys.argv[1:] if argv is None else list(argv)
-  try:
-    options, args = _parse(argv)
-  except _UsageError as e:
-    sys.stderr.write('{}: error: {}\n\n{}'.format(_PROG, e, __doc__))
-    return 2
-  if options.get('help'):
-    sys.stdout.write(__doc__)
+    Returns:
+      0 on success, 1 on a configuration error raised by tpu_estimator, 2 on a usage error. A program's
+      `sys.exit(n)` propagates as `SystemExit`.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        options, args = _parse(argv)
+    except _UsageError as e:
+        sys.stderr.write("{}: error: {}\n\n{}".format(_PROG, e, __doc__))
+        return 2
+    if options.get("help"):
+        sys.stdout.write(__doc__)
+        return 0
+    if options["num_shards"]:
+        os.environ[NUM_SHARDS_ENV] = options["num_shards"]
+    show_traceback = options["traceback"] or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+    try:
+        _run_program(options, args)
+    except _UsageError as e:
+        sys.stderr.write("{}: error: {}\n".format(_PROG, e))
+        return 2
+    except _CONFIG_ERRORS as e:
+        origin = _config_error_origin(e)
+        if origin is None:
+            raise
+        if show_traceback:
+            traceback.print_exc()
+        # Like a Python traceback, the last line is the error itself.
+        sys.stderr.write(
+            "{}: configuration error raised by tpu_estimator, called from {}{}:\n{}: {}\n".format(
+                _PROG, origin, "" if show_traceback else " (--traceback shows the full traceback)", type(e).__name__, e
+            )
+        )
+        return 1
     return 0
-  if options['num_shards']:
-    os.environ[NUM_SHARDS_ENV] = options['num_shards']
-  show_traceback = options['traceback'] or os.environ.get(TRACEBACK_ENV, '') not in ('', '0')
-  try:
-    _run_program(options, args)
-  except _UsageError as e:
-    sys.stderr.write('{}: error: {}\n'.format(_PROG, e))
-    return 2
-  except _CONFIG_ERRORS as e:
-    origin = _config_error_origin(e)
-    if origin is None:
-      raise
-    if show_traceback:
-      traceback.print_exc()
-    # Like a Python traceback, the last line is the error itself.
-    sys.stderr.write('{}: configuration error raised by tpu_estimator, called from {}{}:\n{}: {}\n'.format(
-        _PROG, origin, '' if show_traceback else ' (--traceback shows the full traceback)', type(e).__name__, e))
-    return 1
-  return 0
 
 
-if __name__ == '__main__':
-  sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

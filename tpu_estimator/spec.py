@@ -1,4 +1,5 @@
 """`TPUEstimatorSpec`: what `model_fn` returns, with upstream's validation and CPU conversion."""
+
 import collections
 
 import tensorflow as tf
@@ -8,69 +9,110 @@ from tpu_estimator import host_calls as host_calls_lib
 
 
 class TPUEstimatorSpec(
-    collections.namedtuple('TPUEstimatorSpec', [
-        'mode', 'predictions', 'loss', 'train_op', 'eval_metrics', 'export_outputs', 'scaffold_fn',
-        'host_call', 'training_hooks', 'evaluation_hooks', 'prediction_hooks'
-    ])):
-  """Ops and objects returned from a `model_fn` and passed to `TPUEstimator`.
+    collections.namedtuple(
+        "TPUEstimatorSpec",
+        [
+            "mode",
+            "predictions",
+            "loss",
+            "train_op",
+            "eval_metrics",
+            "export_outputs",
+            "scaffold_fn",
+            "host_call",
+            "training_hooks",
+            "evaluation_hooks",
+            "prediction_hooks",
+        ],
+    )
+):
+    """Ops and objects returned from a `model_fn` and passed to `TPUEstimator`.
 
-  `eval_metrics` is `(metric_fn, tensors)` and `host_call` is `(host_fn, tensors)`, with `tensors` a list/tuple
-  or dict; on shards the tensors of every replica are concatenated on axis 0 and the function runs once on the
-  host. `scaffold_fn` is a zero-argument function returning a `tf.compat.v1.train.Scaffold`, called on the host.
+    `eval_metrics` is `(metric_fn, tensors)` and `host_call` is `(host_fn, tensors)`, with `tensors` a list/tuple
+    or dict; on shards the tensors of every replica are concatenated on axis 0 and the function runs once on the
+    host. `scaffold_fn` is a zero-argument function returning a `tf.compat.v1.train.Scaffold`, called on the host.
 
-  Raises:
-    ValueError, TypeError: malformed `eval_metrics`/`host_call`, hooks that are not `SessionRunHook`s.
-  """
+    Raises:
+      ValueError, TypeError: malformed `eval_metrics`/`host_call`, hooks that are not `SessionRunHook`s.
+    """
 
-  def __new__(cls, mode, predictions=None, loss=None, train_op=None, eval_metrics=None, export_outputs=None,
-              scaffold_fn=None, host_call=None, training_hooks=None, evaluation_hooks=None,
-              prediction_hooks=None):
-    calls = {}
-    if eval_metrics is not None:
-      calls['eval_metrics'] = eval_metrics
-    if host_call is not None:
-      calls['host_call'] = host_call
-    host_calls_lib.validate(calls)
-    training_hooks = tuple(training_hooks or [])
-    evaluation_hooks = tuple(evaluation_hooks or [])
-    prediction_hooks = tuple(prediction_hooks or [])
-    for hook in training_hooks + evaluation_hooks + prediction_hooks:
-      if not isinstance(hook, tf.compat.v1.train.SessionRunHook):
-        raise TypeError('All hooks must be SessionRunHook instances, given: {}'.format(hook))
-    return super(TPUEstimatorSpec, cls).__new__(
-        cls, mode=mode, predictions=predictions, loss=loss, train_op=train_op, eval_metrics=eval_metrics,
-        export_outputs=export_outputs, scaffold_fn=scaffold_fn, host_call=host_call,
-        training_hooks=training_hooks, evaluation_hooks=evaluation_hooks, prediction_hooks=prediction_hooks)
+    def __new__(
+        cls,
+        mode,
+        predictions=None,
+        loss=None,
+        train_op=None,
+        eval_metrics=None,
+        export_outputs=None,
+        scaffold_fn=None,
+        host_call=None,
+        training_hooks=None,
+        evaluation_hooks=None,
+        prediction_hooks=None,
+    ):
+        calls = {}
+        if eval_metrics is not None:
+            calls["eval_metrics"] = eval_metrics
+        if host_call is not None:
+            calls["host_call"] = host_call
+        host_calls_lib.validate(calls)
+        training_hooks = tuple(training_hooks or [])
+        evaluation_hooks = tuple(evaluation_hooks or [])
+        prediction_hooks = tuple(prediction_hooks or [])
+        for hook in training_hooks + evaluation_hooks + prediction_hooks:
+            if not isinstance(hook, tf.compat.v1.train.SessionRunHook):
+                raise TypeError("All hooks must be SessionRunHook instances, given: {}".format(hook))
+        return super(TPUEstimatorSpec, cls).__new__(
+            cls,
+            mode=mode,
+            predictions=predictions,
+            loss=loss,
+            train_op=train_op,
+            eval_metrics=eval_metrics,
+            export_outputs=export_outputs,
+            scaffold_fn=scaffold_fn,
+            host_call=host_call,
+            training_hooks=training_hooks,
+            evaluation_hooks=evaluation_hooks,
+            prediction_hooks=prediction_hooks,
+        )
 
-  def as_estimator_spec(self) -> _estimator_lib.EstimatorSpec:
-    """The equivalent `EstimatorSpec` of the CPU path: host calls run every step, `scaffold_fn()` called.
+    def as_estimator_spec(self) -> _estimator_lib.EstimatorSpec:
+        """The equivalent `EstimatorSpec` of the CPU path: host calls run every step, `scaffold_fn()` called.
+
+        Raises:
+          ValueError: `scaffold_fn` returned None.
+        """
+        eval_metric_ops = None
+        if self.eval_metrics is not None:
+            eval_metric_ops = host_calls_lib.call(self.eval_metrics)
+        hooks = ()
+        if self.host_call is not None:
+            hooks = (host_calls_lib.CpuHostCallHook(host_calls_lib.call(self.host_call)),)
+        scaffold = call_scaffold_fn(self.scaffold_fn)
+        return _estimator_lib.EstimatorSpec(
+            mode=self.mode,
+            predictions=self.predictions,
+            loss=self.loss,
+            train_op=self.train_op,
+            eval_metric_ops=eval_metric_ops,
+            export_outputs=self.export_outputs,
+            scaffold=scaffold,
+            training_hooks=self.training_hooks + hooks,
+            evaluation_hooks=self.evaluation_hooks + hooks,
+            prediction_hooks=self.prediction_hooks + hooks,
+        )
+
+
+def call_scaffold_fn(scaffold_fn):
+    """Calls `scaffold_fn` (if any) and checks its result.
 
     Raises:
       ValueError: `scaffold_fn` returned None.
     """
-    eval_metric_ops = None
-    if self.eval_metrics is not None:
-      eval_metric_ops = host_calls_lib.call(self.eval_metrics)
-    hooks = ()
-    if self.host_call is not None:
-      hooks = (host_calls_lib.CpuHostCallHook(host_calls_lib.call(self.host_call)),)
-    scaffold = call_scaffold_fn(self.scaffold_fn)
-    return _estimator_lib.EstimatorSpec(
-        mode=self.mode, predictions=self.predictions, loss=self.loss, train_op=self.train_op,
-        eval_metric_ops=eval_metric_ops, export_outputs=self.export_outputs, scaffold=scaffold,
-        training_hooks=self.training_hooks + hooks, evaluation_hooks=self.evaluation_hooks + hooks,
-        prediction_hooks=self.prediction_hooks + hooks)
-
-
-def call_scaffold_fn(scaffold_fn):
-  """Calls `scaffold_fn` (if any) and checks its result.
-
-  Raises:
-    ValueError: `scaffold_fn` returned None.
-  """
-  if scaffold_fn is None:
-    return None
-  scaffold = scaffold_fn()
-  if scaffold is None:
-    raise ValueError('TPUEstimatorSpec.scaffold_fn returns None, which is not allowed')
-  return scaffold
+    if scaffold_fn is None:
+        return None
+    scaffold = scaffold_fn()
+    if scaffold is None:
+        raise ValueError("TPUEstimatorSpec.scaffold_fn returns None, which is not allowed")
+    return scaffold

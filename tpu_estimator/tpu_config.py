@@ -3,6 +3,7 @@
 Off a TPU, our `RunConfig` also arranges the session's devices: one logical CPU device per shard when no GPU is
 visible, so that shards are real TensorFlow devices without the user touching `session_config`.
 """
+
 import collections
 import json
 import os
@@ -15,230 +16,242 @@ import tensorflow as tf
 from tpu_estimator import _estimator_lib
 from tpu_estimator import devices as devices_lib
 
-_ITERATIONS_PER_LOOP_VALUE_REGEX = re.compile(r'^(?P<value>[1-9]\d*)((?P<suffix>[smh])$|$)')
+_ITERATIONS_PER_LOOP_VALUE_REGEX = re.compile(r"^(?P<value>[1-9]\d*)((?P<suffix>[smh])$|$)")
 
-IterationsPerLoopCounter = collections.namedtuple('IterationsPerLoopCounter', ['value', 'unit'])
+IterationsPerLoopCounter = collections.namedtuple("IterationsPerLoopCounter", ["value", "unit"])
 
 
 def check_positive_integer(value: Any, name: str) -> None:
-  """Raises unless `value` is a positive integer (upstream's messages).
+    """Raises unless `value` is a positive integer (upstream's messages).
 
-  Raises:
-    TypeError: `value` is not an integer.
-    ValueError: `value` is not positive.
-  """
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise TypeError('{} must be int, got {}'.format(name, type(value)))
-  if value <= 0:
-    raise ValueError('{} must be positive, got {}'.format(name, value))
+    Raises:
+      TypeError: `value` is not an integer.
+      ValueError: `value` is not positive.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError("{} must be int, got {}".format(name, type(value)))
+    if value <= 0:
+        raise ValueError("{} must be positive, got {}".format(name, value))
 
 
 def parse_iterations_per_loop(iterations_per_loop: Any) -> IterationsPerLoopCounter:
-  """Parses `iterations_per_loop`: a positive count, or a time `<N>s|m|h` (returned in seconds).
+    """Parses `iterations_per_loop`: a positive count, or a time `<N>s|m|h` (returned in seconds).
 
-  Raises:
-    ValueError: the value is neither form.
-  """
-  match = _ITERATIONS_PER_LOOP_VALUE_REGEX.match(str(iterations_per_loop))
-  if match is None or isinstance(iterations_per_loop, bool):
-    raise ValueError(
-        'Invalid TPUConfig `iterations_per_loop` value. Value must be positive '
-        'integer value or time-based value `<N><s|m|h>` where <N> is any'
-        'positive integer and `s`, `m`, `h` are unit of time in seconds, '
-        'minutes, hours respectively. Examples of valid values: `3600s`, `60m`,'
-        ' `1h`.')
-  value = int(match.group('value'))
-  suffix = match.group('suffix')
-  value *= {'m': 60, 'h': 3600}.get(suffix, 1)
-  return IterationsPerLoopCounter(value, 'seconds' if suffix else 'count')
+    Raises:
+      ValueError: the value is neither form.
+    """
+    match = _ITERATIONS_PER_LOOP_VALUE_REGEX.match(str(iterations_per_loop))
+    if match is None or isinstance(iterations_per_loop, bool):
+        raise ValueError(
+            "Invalid TPUConfig `iterations_per_loop` value. Value must be positive "
+            "integer value or time-based value `<N><s|m|h>` where <N> is any"
+            "positive integer and `s`, `m`, `h` are unit of time in seconds, "
+            "minutes, hours respectively. Examples of valid values: `3600s`, `60m`,"
+            " `1h`."
+        )
+    value = int(match.group("value"))
+    suffix = match.group("suffix")
+    value *= {"m": 60, "h": 3600}.get(suffix, 1)
+    return IterationsPerLoopCounter(value, "seconds" if suffix else "count")
 
 
 class InputPipelineConfig(object):
-  """How `input_fn` is deployed; see `TPUConfig.per_host_input_for_training`."""
-  PER_SHARD_V1 = 1
-  PER_HOST_V1 = 2
-  PER_HOST_V2 = 3
-  BROADCAST = 4
-  SLICED = 5
+    """How `input_fn` is deployed; see `TPUConfig.per_host_input_for_training`."""
+
+    PER_SHARD_V1 = 1
+    PER_HOST_V1 = 2
+    PER_HOST_V2 = 3
+    BROADCAST = 4
+    SLICED = 5
 
 
 class TPUConfig(
-    collections.namedtuple('TPUConfig', [
-        'iterations_per_loop',
-        'num_shards',
-        'num_cores_per_replica',
-        'per_host_input_for_training',
-        'tpu_job_name',
-        'initial_infeed_sleep_secs',
-        'input_partition_dims',
-        'eval_training_input_configuration',
-        'experimental_host_call_every_n_steps',
-        'experimental_allow_per_host_v2_parallel_get_next',
-        'experimental_feed_hook',
-    ])):
-  """TPU related configuration required by `TPUEstimator`.
+    collections.namedtuple(
+        "TPUConfig",
+        [
+            "iterations_per_loop",
+            "num_shards",
+            "num_cores_per_replica",
+            "per_host_input_for_training",
+            "tpu_job_name",
+            "initial_infeed_sleep_secs",
+            "input_partition_dims",
+            "eval_training_input_configuration",
+            "experimental_host_call_every_n_steps",
+            "experimental_allow_per_host_v2_parallel_get_next",
+            "experimental_feed_hook",
+        ],
+    )
+):
+    """TPU related configuration required by `TPUEstimator`.
 
-  Every upstream field is accepted. Off a TPU:
+    Every upstream field is accepted. Off a TPU:
 
-  * `iterations_per_loop`: steps per `Session.run` (an in-graph loop), or a time `'30s'`/`'2m'`/`'1h'` from
-    which the loop length is sized using the measured step time.
-  * `num_shards`: the number of replicas. Unlike upstream (where it is ignored) it decides the shard count;
-    default: the number of visible GPUs, else 1. The environment variable `TPU_ESTIMATOR_NUM_SHARDS`
-    overrides it.
-  * `num_cores_per_replica` (model parallelism) and `input_partition_dims` (spatial partitioning) need a TPU's
-    XLA SPMD partitioner: values other than `None`/1 are rejected when the estimator runs on shards.
-  * `tpu_job_name`: only used to name the job in logs; shards run in this process.
-  * `initial_infeed_sleep_secs`: the infeed thread sleeps this long before its first enqueue.
-  * `experimental_feed_hook`: a `SessionRunHook` class replacing our infeed hook; it is constructed with the
-    same arguments as upstream's (`ctx, enqueue_ops, dequeue_ops, ...`) only on a TPU, so it is rejected here.
-  """
+    * `iterations_per_loop`: steps per `Session.run` (an in-graph loop), or a time `'30s'`/`'2m'`/`'1h'` from
+      which the loop length is sized using the measured step time.
+    * `num_shards`: the number of replicas. Unlike upstream (where it is ignored) it decides the shard count;
+      default: the number of visible GPUs, else 1. The environment variable `TPU_ESTIMATOR_NUM_SHARDS`
+      overrides it.
+    * `num_cores_per_replica` (model parallelism) and `input_partition_dims` (spatial partitioning) need a TPU's
+      XLA SPMD partitioner: values other than `None`/1 are rejected when the estimator runs on shards.
+    * `tpu_job_name`: only used to name the job in logs; shards run in this process.
+    * `initial_infeed_sleep_secs`: the infeed thread sleeps this long before its first enqueue.
+    * `experimental_feed_hook`: a `SessionRunHook` class replacing our infeed hook; it is constructed with the
+      same arguments as upstream's (`ctx, enqueue_ops, dequeue_ops, ...`) only on a TPU, so it is rejected here.
+    """
 
-  def __new__(cls,
-              iterations_per_loop=2,
-              num_shards=None,
-              num_cores_per_replica=None,
-              per_host_input_for_training=True,
-              tpu_job_name=None,
-              initial_infeed_sleep_secs=None,
-              input_partition_dims=None,
-              eval_training_input_configuration=InputPipelineConfig.PER_HOST_V1,
-              experimental_host_call_every_n_steps=1,
-              experimental_allow_per_host_v2_parallel_get_next=False,
-              experimental_feed_hook=None):
-    parse_iterations_per_loop(iterations_per_loop)
-    if num_shards is not None:
-      check_positive_integer(num_shards, 'TPUConfig num_shards')
-    if input_partition_dims is not None:
-      if len(input_partition_dims) != 1 and len(input_partition_dims) != 2:
-        raise ValueError('input_partition_dims must be a list/tuple with one or two elements.')
-      if per_host_input_for_training is not InputPipelineConfig.PER_HOST_V2:
-        raise ValueError('input_partition_dims is only supported in PER_HOST_V2 mode.')
-      if num_cores_per_replica is None:
-        raise ValueError('input_partition_dims requires setting num_cores_per_replica.')
-    if num_cores_per_replica is not None:
-      if num_cores_per_replica not in [1, 2, 4, 8, 16, 32, 64, 128]:
-        raise ValueError('num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; '
-                         'got {}'.format(str(num_cores_per_replica)))
-    if eval_training_input_configuration not in [InputPipelineConfig.PER_HOST_V1,
-                                                 InputPipelineConfig.SLICED]:
-      raise ValueError('eval_training_input_configuration must be PER_HOST_V1 or SLICED;'
-                       ' got {}'.format(str(eval_training_input_configuration)))
-    if per_host_input_for_training is False:
-      per_host_input_for_training = InputPipelineConfig.PER_SHARD_V1
-    elif per_host_input_for_training is True:
-      per_host_input_for_training = InputPipelineConfig.PER_HOST_V1
-    if initial_infeed_sleep_secs:
-      check_positive_integer(initial_infeed_sleep_secs, 'TPUConfig initial_infeed_sleep_secs')
-    check_positive_integer(experimental_host_call_every_n_steps,
-                           'TPUConfig experimental_host_call_every_n_steps')
-    tpu_job_name = tpu_job_name or _tpu_job_name_from_tf_config()
-    return super(TPUConfig, cls).__new__(
+    def __new__(
         cls,
-        iterations_per_loop=iterations_per_loop,
-        num_shards=num_shards,
-        num_cores_per_replica=num_cores_per_replica,
-        per_host_input_for_training=per_host_input_for_training,
-        tpu_job_name=tpu_job_name,
-        initial_infeed_sleep_secs=initial_infeed_sleep_secs,
-        input_partition_dims=input_partition_dims,
-        eval_training_input_configuration=eval_training_input_configuration,
-        experimental_host_call_every_n_steps=experimental_host_call_every_n_steps,
-        experimental_allow_per_host_v2_parallel_get_next=(
-            experimental_allow_per_host_v2_parallel_get_next),
-        experimental_feed_hook=experimental_feed_hook)
+        iterations_per_loop=2,
+        num_shards=None,
+        num_cores_per_replica=None,
+        per_host_input_for_training=True,
+        tpu_job_name=None,
+        initial_infeed_sleep_secs=None,
+        input_partition_dims=None,
+        eval_training_input_configuration=InputPipelineConfig.PER_HOST_V1,
+        experimental_host_call_every_n_steps=1,
+        experimental_allow_per_host_v2_parallel_get_next=False,
+        experimental_feed_hook=None,
+    ):
+        parse_iterations_per_loop(iterations_per_loop)
+        if num_shards is not None:
+            check_positive_integer(num_shards, "TPUConfig num_shards")
+        if input_partition_dims is not None:
+            if len(input_partition_dims) != 1 and len(input_partition_dims) != 2:
+                raise ValueError("input_partition_dims must be a list/tuple with one or two elements.")
+            if per_host_input_for_training is not InputPipelineConfig.PER_HOST_V2:
+                raise ValueError("input_partition_dims is only supported in PER_HOST_V2 mode.")
+            if num_cores_per_replica is None:
+                raise ValueError("input_partition_dims requires setting num_cores_per_replica.")
+        if num_cores_per_replica is not None:
+            if num_cores_per_replica not in [1, 2, 4, 8, 16, 32, 64, 128]:
+                raise ValueError(
+                    "num_cores_per_replica must be 1, 2, 4, 8, 16, 32, 64, 128; got {}".format(
+                        str(num_cores_per_replica)
+                    )
+                )
+        if eval_training_input_configuration not in [InputPipelineConfig.PER_HOST_V1, InputPipelineConfig.SLICED]:
+            raise ValueError(
+                "eval_training_input_configuration must be PER_HOST_V1 or SLICED; got {}".format(
+                    str(eval_training_input_configuration)
+                )
+            )
+        if per_host_input_for_training is False:
+            per_host_input_for_training = InputPipelineConfig.PER_SHARD_V1
+        elif per_host_input_for_training is True:
+            per_host_input_for_training = InputPipelineConfig.PER_HOST_V1
+        if initial_infeed_sleep_secs:
+            check_positive_integer(initial_infeed_sleep_secs, "TPUConfig initial_infeed_sleep_secs")
+        check_positive_integer(experimental_host_call_every_n_steps, "TPUConfig experimental_host_call_every_n_steps")
+        tpu_job_name = tpu_job_name or _tpu_job_name_from_tf_config()
+        return super(TPUConfig, cls).__new__(
+            cls,
+            iterations_per_loop=iterations_per_loop,
+            num_shards=num_shards,
+            num_cores_per_replica=num_cores_per_replica,
+            per_host_input_for_training=per_host_input_for_training,
+            tpu_job_name=tpu_job_name,
+            initial_infeed_sleep_secs=initial_infeed_sleep_secs,
+            input_partition_dims=input_partition_dims,
+            eval_training_input_configuration=eval_training_input_configuration,
+            experimental_host_call_every_n_steps=experimental_host_call_every_n_steps,
+            experimental_allow_per_host_v2_parallel_get_next=(experimental_allow_per_host_v2_parallel_get_next),
+            experimental_feed_hook=experimental_feed_hook,
+        )
 
 
 def _tpu_job_name_from_tf_config() -> Optional[str]:
-  tf_config = json.loads(os.environ.get('TF_CONFIG', '{}'))
-  return tf_config.get('service', {}).get('tpu_worker_job_name')
+    tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+    return tf_config.get("service", {}).get("tpu_worker_job_name")
 
 
 class RunConfig(_estimator_lib.BaseRunConfig):
-  """`tf.estimator.RunConfig` with a `TPUConfig`; arranges one session device per shard.
+    """`tf.estimator.RunConfig` with a `TPUConfig`; arranges one session device per shard.
 
-  Args:
-    tpu_config: the `TPUConfig`; default `TPUConfig()`.
-    evaluation_master: address of the master for evaluation; defaults to `master`.
-    master: address of the master for training ('' or None: in-process).
-    cluster: a `tf.distribute.cluster_resolver.ClusterResolver` (e.g. `TPUClusterResolver`); its master and
-      cluster spec are used as upstream does.
-    xla_compile_shards: compile each shard's computation (the ops `model_fn` builds on the shard) with XLA, as
-      a TPU would. Off by default: on CPUs, TensorFlow's own kernels are usually as fast (see BENCHMARKS.md).
-    **kwargs: every `tf.estimator.RunConfig` argument.
+    Args:
+      tpu_config: the `TPUConfig`; default `TPUConfig()`.
+      evaluation_master: address of the master for evaluation; defaults to `master`.
+      master: address of the master for training ('' or None: in-process).
+      cluster: a `tf.distribute.cluster_resolver.ClusterResolver` (e.g. `TPUClusterResolver`); its master and
+        cluster spec are used as upstream does.
+      xla_compile_shards: compile each shard's computation (the ops `model_fn` builds on the shard) with XLA, as
+        a TPU would. Off by default: on CPUs, TensorFlow's own kernels are usually as fast (see BENCHMARKS.md).
+      **kwargs: every `tf.estimator.RunConfig` argument.
 
-  Raises:
-    ValueError: both `master` and `cluster` are set, or `cluster` and `session_config.cluster_def`.
-  """
+    Raises:
+      ValueError: both `master` and `cluster` are set, or `cluster` and `session_config.cluster_def`.
+    """
 
-  def __init__(self, tpu_config=None, evaluation_master=None, master=None, cluster=None,
-               xla_compile_shards=False, **kwargs):
-    super(RunConfig, self).__init__(**kwargs)
-    self._xla_compile_shards = bool(xla_compile_shards)
-    self._tpu_config = tpu_config or TPUConfig()
-    self._cluster = cluster
-    if master is not None:
-      if cluster is not None:
-        raise ValueError('Both master and cluster are set.')
-      self._master = master
-    elif cluster:
-      self._master = cluster.master()
-    if evaluation_master is not None:
-      self._evaluation_master = evaluation_master
-    elif (not self._evaluation_master and self.task_type != _estimator_lib.TaskType.EVALUATOR):
-      self._evaluation_master = self._master
-    if cluster:
-      self._cluster_spec = cluster.cluster_spec()
-      if self._session_config is None:  # pylint: disable=access-member-before-definition
-        self._session_config = tf.compat.v1.ConfigProto(allow_soft_placement=True,
-                                                        isolate_session_state=True)
-      if self._session_config.HasField('cluster_def'):
-        raise ValueError('You cannot provide a ClusterResolver and session_config.cluster_def.')
-      if self._cluster_spec:
-        self._session_config.cluster_def.CopyFrom(self._cluster_spec.as_cluster_def())
+    def __init__(
+        self, tpu_config=None, evaluation_master=None, master=None, cluster=None, xla_compile_shards=False, **kwargs
+    ):
+        super(RunConfig, self).__init__(**kwargs)
+        self._xla_compile_shards = bool(xla_compile_shards)
+        self._tpu_config = tpu_config or TPUConfig()
+        self._cluster = cluster
+        if master is not None:
+            if cluster is not None:
+                raise ValueError("Both master and cluster are set.")
+            self._master = master
+        elif cluster:
+            self._master = cluster.master()
+        if evaluation_master is not None:
+            self._evaluation_master = evaluation_master
+        elif not self._evaluation_master and self.task_type != _estimator_lib.TaskType.EVALUATOR:
+            self._evaluation_master = self._master
+        if cluster:
+            self._cluster_spec = cluster.cluster_spec()
+            if self._session_config is None:
+                self._session_config = tf.compat.v1.ConfigProto(allow_soft_placement=True, isolate_session_state=True)
+            if self._session_config.HasField("cluster_def"):
+                raise ValueError("You cannot provide a ClusterResolver and session_config.cluster_def.")
+            if self._cluster_spec:
+                self._session_config.cluster_def.CopyFrom(self._cluster_spec.as_cluster_def())
 
-  def _maybe_overwrite_session_config_for_distributed_training(self):
-    # Shards run in-graph: no device filters (as upstream).
-    pass
+    def _maybe_overwrite_session_config_for_distributed_training(self):
+        # Shards run in-graph: no device filters (as upstream).
+        pass
 
-  @property
-  def evaluation_master(self):
-    return self._evaluation_master
+    @property
+    def evaluation_master(self):
+        return self._evaluation_master
 
-  @property
-  def master(self):
-    return self._master
+    @property
+    def master(self):
+        return self._master
 
-  @property
-  def tpu_config(self) -> TPUConfig:
-    return self._tpu_config
+    @property
+    def tpu_config(self) -> TPUConfig:
+        return self._tpu_config
 
-  @property
-  def cluster(self):
-    return self._cluster
+    @property
+    def cluster(self):
+        return self._cluster
 
-  @property
-  def xla_compile_shards(self) -> bool:
-    """Whether shard computations are compiled with XLA."""
-    return self._xla_compile_shards
+    @property
+    def xla_compile_shards(self) -> bool:
+        """Whether shard computations are compiled with XLA."""
+        return self._xla_compile_shards
 
-  @property
-  def num_shards(self) -> int:
-    """The number of shards (replicas) this configuration runs on."""
-    tpu_config = getattr(self, '_tpu_config', None)  # None while the base class initialises.
-    return devices_lib.resolve_num_shards(tpu_config.num_shards if tpu_config else None)
+    @property
+    def num_shards(self) -> int:
+        """The number of shards (replicas) this configuration runs on."""
+        tpu_config = getattr(self, "_tpu_config", None)  # None while the base class initialises.
+        return devices_lib.resolve_num_shards(tpu_config.num_shards if tpu_config else None)
 
-  @property
-  def session_config(self):
-    """The user's session config (or the default) with one logical CPU device per shard."""
-    base = self._session_config
-    if base is None:
-      base = _estimator_lib.get_default_session_config()
-    return devices_lib.session_config_for_shards(base, self.num_shards)
+    @property
+    def session_config(self):
+        """The user's session config (or the default) with one logical CPU device per shard."""
+        base = self._session_config
+        if base is None:
+            base = _estimator_lib.get_default_session_config()
+        return devices_lib.session_config_for_shards(base, self.num_shards)
 
-  def replace(self, **kwargs):
-    if 'tpu_config' not in kwargs:
-      return super(RunConfig, self).replace(**kwargs)
-    tpu_config = kwargs.pop('tpu_config')
-    new_instance = super(RunConfig, self).replace(**kwargs)
-    new_instance._tpu_config = tpu_config  # pylint: disable=protected-access
-    return new_instance
+    def replace(self, **kwargs):
+        if "tpu_config" not in kwargs:
+            return super(RunConfig, self).replace(**kwargs)
+        tpu_config = kwargs.pop("tpu_config")
+        new_instance = super(RunConfig, self).replace(**kwargs)
+        new_instance._tpu_config = tpu_config
+        return new_instance

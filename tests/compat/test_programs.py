@@ -3,6 +3,7 @@
 The programs never import tpu_estimator; the launcher installs the compat layer. All subprocesses start
 together (module fixture) to keep the wall time down; each test then checks one program's outputs.
 """
+
 import collections
 import glob
 import json
@@ -15,159 +16,198 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-PROGRAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'programs')
-LAUNCHER = os.path.join(os.path.dirname(sys.executable), 'tpu-estimator-run')
+PROGRAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "programs")
+LAUNCHER = os.path.join(os.path.dirname(sys.executable), "tpu-estimator-run")
 TIMEOUT_SECS = 240
 
 
 def _program(name):
-  return os.path.join(PROGRAMS, name)
+    return os.path.join(PROGRAMS, name)
 
 
 def _runs(root):
-  """name -> (command, extra env) of every program run; the work dirs live under `root`."""
-  def out(name, *parts):
-    return os.path.join(root, name, *parts)
+    """name -> (command, extra env) of every program run; the work dirs live under `root`."""
 
-  return {
-      # `python -m tpu_estimator.run` form.
-      'mnist': ([sys.executable, '-m', 'tpu_estimator.run', _program('mnist_tpu.py'), '--tpu=grpc://10.0.0.2:8470',
-                 '--model_dir=' + out('mnist', 'model'), '--results=' + out('mnist', 'results.json')], {}),
-      # Console-script form from here on.
-      'resnet': ([LAUNCHER, _program('resnet_tpu.py'), '--tpu=my-tpu', '--model_dir=' + out('resnet', 'model'),
-                  '--export_dir=' + out('resnet', 'export'), '--results=' + out('resnet', 'results.json')], {}),
-      'recommender': ([LAUNCHER, _program('recommender_tpu.py'), '--tpu=my-tpu',
-                       '--model_dir=' + out('recommender', 'model'),
-                       '--results=' + out('recommender', 'results.json')], {}),
-      # Model parallelism needs a TPU: one clear error, through the launcher.
-      'model_parallel': ([LAUNCHER, _program('resnet_tpu.py'), '--num_cores_per_replica=2',
-                          '--model_dir=' + out('model_parallel', 'model')], {}),
-  }
+    def out(name, *parts):
+        return os.path.join(root, name, *parts)
+
+    return {
+        # `python -m tpu_estimator.run` form.
+        "mnist": (
+            [
+                sys.executable,
+                "-m",
+                "tpu_estimator.run",
+                _program("mnist_tpu.py"),
+                "--tpu=grpc://10.0.0.2:8470",
+                "--model_dir=" + out("mnist", "model"),
+                "--results=" + out("mnist", "results.json"),
+            ],
+            {},
+        ),
+        # Console-script form from here on.
+        "resnet": (
+            [
+                LAUNCHER,
+                _program("resnet_tpu.py"),
+                "--tpu=my-tpu",
+                "--model_dir=" + out("resnet", "model"),
+                "--export_dir=" + out("resnet", "export"),
+                "--results=" + out("resnet", "results.json"),
+            ],
+            {},
+        ),
+        "recommender": (
+            [
+                LAUNCHER,
+                _program("recommender_tpu.py"),
+                "--tpu=my-tpu",
+                "--model_dir=" + out("recommender", "model"),
+                "--results=" + out("recommender", "results.json"),
+            ],
+            {},
+        ),
+        # Model parallelism needs a TPU: one clear error, through the launcher.
+        "model_parallel": (
+            [
+                LAUNCHER,
+                _program("resnet_tpu.py"),
+                "--num_cores_per_replica=2",
+                "--model_dir=" + out("model_parallel", "model"),
+            ],
+            {},
+        ),
+    }
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope="module")
 def results(tmp_path_factory):
-  """Starts every program at once; returns name -> (returncode, stdout+stderr text, work dir)."""
-  root = str(tmp_path_factory.mktemp('programs'))
-  processes = {}
-  for name, (command, extra_env) in _runs(root).items():
-    os.makedirs(os.path.join(root, name), exist_ok=True)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', **extra_env)
-    env.pop('TPU_ESTIMATOR_NUM_SHARDS', None)
-    log = open(os.path.join(root, name, 'log.txt'), 'w+')
-    processes[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                        cwd=os.path.join(root, name)), log)
-  done = {}
-  for name, (process, log) in processes.items():
-    try:
-      process.wait(timeout=TIMEOUT_SECS)
-    except subprocess.TimeoutExpired:
-      process.kill()
-      process.wait()
-    log.seek(0)
-    done[name] = (process.returncode, log.read(), os.path.join(root, name))
-    log.close()
-  return done
+    """Starts every program at once; returns name -> (returncode, stdout+stderr text, work dir)."""
+    root = str(tmp_path_factory.mktemp("programs"))
+    processes = {}
+    for name, (command, extra_env) in _runs(root).items():
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **extra_env)
+        env.pop("TPU_ESTIMATOR_NUM_SHARDS", None)
+        log = open(os.path.join(root, name, "log.txt"), "w+")
+        processes[name] = (
+            subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=os.path.join(root, name)),
+            log,
+        )
+    done = {}
+    for name, (process, log) in processes.items():
+        try:
+            process.wait(timeout=TIMEOUT_SECS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.seek(0)
+        done[name] = (process.returncode, log.read(), os.path.join(root, name))
+        log.close()
+    return done
 
 
 def _succeeded(results, name):
-  returncode, output, work_dir = results[name]
-  assert returncode == 0, '{} failed ({}):\n{}'.format(name, returncode, output[-6000:])
-  with open(os.path.join(work_dir, 'results.json')) as f:
-    return json.load(f), work_dir
+    returncode, output, work_dir = results[name]
+    assert returncode == 0, "{} failed ({}):\n{}".format(name, returncode, output[-6000:])
+    with open(os.path.join(work_dir, "results.json")) as f:
+        return json.load(f), work_dir
 
 
 def _assert_finite_metrics(metrics, expected):
-  assert set(expected) <= set(metrics), metrics
-  for key, value in metrics.items():
-    assert math.isfinite(value), (key, value)
+    assert set(expected) <= set(metrics), metrics
+    for key, value in metrics.items():
+        assert math.isfinite(value), (key, value)
 
 
 def _event_steps(model_dir):
-  """tag -> sorted steps of the events directly in model_dir (training summaries)."""
-  steps = collections.defaultdict(list)
-  for path in glob.glob(os.path.join(model_dir, 'events.out.tfevents.*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for value in event.summary.value:
-        steps[value.tag].append(event.step)
-  return {tag: sorted(s) for tag, s in steps.items()}
+    """tag -> sorted steps of the events directly in model_dir (training summaries)."""
+    steps = collections.defaultdict(list)
+    for path in glob.glob(os.path.join(model_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                steps[value.tag].append(event.step)
+    return {tag: sorted(s) for tag, s in steps.items()}
 
 
 def test_mnist_classifier(results):
-  out, _ = _succeeded(results, 'mnist')
-  assert out['estimator_class'] == 'tpu_estimator.estimator.TPUEstimator'
-  _assert_finite_metrics(out['metrics'], {'accuracy', 'loss', 'global_step'})
-  assert out['metrics']['global_step'] == 6
-  assert 0.0 <= out['metrics']['accuracy'] <= 1.0
-  # take(10).batch(4) on 2 shards: batches of 4, 4 and a partial 2; exactly one prediction per row.
-  assert out['num_predictions'] == 10
-  assert all(0 <= c < 10 for c in out['class_ids'])
+    out, _ = _succeeded(results, "mnist")
+    assert out["estimator_class"] == "tpu_estimator.estimator.TPUEstimator"
+    _assert_finite_metrics(out["metrics"], {"accuracy", "loss", "global_step"})
+    assert out["metrics"]["global_step"] == 6
+    assert 0.0 <= out["metrics"]["accuracy"] <= 1.0
+    # take(10).batch(4) on 2 shards: batches of 4, 4 and a partial 2; exactly one prediction per row.
+    assert out["num_predictions"] == 10
+    assert all(0 <= c < 10 for c in out["class_ids"])
 
 
 def test_recommender_with_tpu_embeddings(results):
-  out, work_dir = _succeeded(results, 'recommender')
-  _assert_finite_metrics(out['metrics'], {'recall_at_5', 'precision_at_1', 'loss', 'global_step'})
-  assert out['metrics']['global_step'] == 6
-  assert 0.0 <= out['metrics']['recall_at_5'] <= 1.0
-  assert out['num_predictions'] == 10
-  assert all(len(items) == 5 and len(set(items)) == 5 for items in out['top_items'])
-  # The tables (one shared by query_item and history) are trained by the embedding optimizer (Adagrad slots).
-  variables = set(out['variables'])
-  assert {'dense_features/user_embedding/embedding_weights',
-          'dense_features/user_embedding/embedding_weights/Adagrad'} <= variables
-  assert any('shared_embedding' in v and v.endswith('/Adagrad') for v in variables), variables
-  # host_call every 2nd step of each 3-step loop: loop-relative steps 0 and 2 -> global 0, 2, 3, 5.
-  events = _event_steps(os.path.join(work_dir, 'model'))
-  assert events['host_loss'] == [0, 2, 3, 5], events
-  assert events['host_global_step'] == [0, 2, 3, 5], events
+    out, work_dir = _succeeded(results, "recommender")
+    _assert_finite_metrics(out["metrics"], {"recall_at_5", "precision_at_1", "loss", "global_step"})
+    assert out["metrics"]["global_step"] == 6
+    assert 0.0 <= out["metrics"]["recall_at_5"] <= 1.0
+    assert out["num_predictions"] == 10
+    assert all(len(items) == 5 and len(set(items)) == 5 for items in out["top_items"])
+    # The tables (one shared by query_item and history) are trained by the embedding optimizer (Adagrad slots).
+    variables = set(out["variables"])
+    assert {
+        "dense_features/user_embedding/embedding_weights",
+        "dense_features/user_embedding/embedding_weights/Adagrad",
+    } <= variables
+    assert any("shared_embedding" in v and v.endswith("/Adagrad") for v in variables), variables
+    # host_call every 2nd step of each 3-step loop: loop-relative steps 0 and 2 -> global 0, 2, 3, 5.
+    events = _event_steps(os.path.join(work_dir, "model"))
+    assert events["host_loss"] == [0, 2, 3, 5], events
+    assert events["host_global_step"] == [0, 2, 3, 5], events
 
 
 def test_image_model_ema_host_call_and_export(results):
-  out, work_dir = _succeeded(results, 'resnet')
-  _assert_finite_metrics(out['metrics'], {'top_1_accuracy', 'top_5_accuracy', 'loss', 'global_step'})
-  assert out['metrics']['global_step'] == 4
-  assert out['num_predictions'] == 10
-  model_dir = os.path.join(work_dir, 'model')
-  events = _event_steps(model_dir)
-  for tag in ('loss', 'learning_rate', 'current_epoch'):
-    assert events.get(tag) == [0, 1, 2, 3], (tag, events)
+    out, work_dir = _succeeded(results, "resnet")
+    _assert_finite_metrics(out["metrics"], {"top_1_accuracy", "top_5_accuracy", "loss", "global_step"})
+    assert out["metrics"]["global_step"] == 4
+    assert out["num_predictions"] == 10
+    model_dir = os.path.join(work_dir, "model")
+    events = _event_steps(model_dir)
+    for tag in ("loss", "learning_rate", "current_epoch"):
+        assert events.get(tag) == [0, 1, 2, 3], (tag, events)
 
-  export_path = out['export_path']
-  from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
-  saved_model = saved_model_pb2.SavedModel()
-  with open(os.path.join(export_path, 'saved_model.pb'), 'rb') as f:
-    saved_model.ParseFromString(f.read())
-  tag_sets = sorted(sorted(mg.meta_info_def.tags) for mg in saved_model.meta_graphs)
-  assert tag_sets == [['serve'], ['serve', 'tpu']]
-  for meta_graph in saved_model.meta_graphs:
-    assert set(meta_graph.signature_def) == {'serving_default', 'classify'}
+    export_path = out["export_path"]
+    from tensorflow.core.protobuf import saved_model_pb2
 
-  # scaffold_fn restored the moving averages: the export holds the checkpoint's EMA values.
-  checkpoint = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
-  exported = tf.train.load_checkpoint(os.path.join(export_path, 'variables', 'variables'))
-  ema_name = 'dense/kernel/ExponentialMovingAverage'
-  np.testing.assert_array_equal(exported.get_tensor(ema_name), checkpoint.get_tensor(ema_name))
-  assert not np.allclose(checkpoint.get_tensor(ema_name), checkpoint.get_tensor('dense/kernel'))
+    saved_model = saved_model_pb2.SavedModel()
+    with open(os.path.join(export_path, "saved_model.pb"), "rb") as f:
+        saved_model.ParseFromString(f.read())
+    tag_sets = sorted(sorted(mg.meta_info_def.tags) for mg in saved_model.meta_graphs)
+    assert tag_sets == [["serve"], ["serve", "tpu"]]
+    for meta_graph in saved_model.meta_graphs:
+        assert set(meta_graph.signature_def) == {"serving_default", "classify"}
 
-  # Served predictions (both metagraphs) equal the program's TPUEstimator.predict().
-  images = np.load(os.path.join(work_dir, 'predict_inputs.npy'))
-  for tags in (['serve'], ['serve', 'tpu']):
-    with tf.compat.v1.Session(graph=tf.Graph()) as session:
-      meta_graph = tf.compat.v1.saved_model.loader.load(session, tags, export_path)
-      signature = meta_graph.signature_def['serving_default']
-      served = session.run({k: v.name for k, v in signature.outputs.items()},
-                           {signature.inputs['image'].name: images})
-    np.testing.assert_allclose(served['probabilities'], np.array(out['probabilities']), rtol=1e-5, atol=1e-6)
-    assert served['classes'].tolist() == out['classes']
+    # scaffold_fn restored the moving averages: the export holds the checkpoint's EMA values.
+    checkpoint = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+    exported = tf.train.load_checkpoint(os.path.join(export_path, "variables", "variables"))
+    ema_name = "dense/kernel/ExponentialMovingAverage"
+    np.testing.assert_array_equal(exported.get_tensor(ema_name), checkpoint.get_tensor(ema_name))
+    assert not np.allclose(checkpoint.get_tensor(ema_name), checkpoint.get_tensor("dense/kernel"))
+
+    # Served predictions (both metagraphs) equal the program's TPUEstimator.predict().
+    images = np.load(os.path.join(work_dir, "predict_inputs.npy"))
+    for tags in (["serve"], ["serve", "tpu"]):
+        with tf.compat.v1.Session(graph=tf.Graph()) as session:
+            meta_graph = tf.compat.v1.saved_model.loader.load(session, tags, export_path)
+            signature = meta_graph.signature_def["serving_default"]
+            served = session.run(
+                {k: v.name for k, v in signature.outputs.items()}, {signature.inputs["image"].name: images}
+            )
+        np.testing.assert_allclose(served["probabilities"], np.array(out["probabilities"]), rtol=1e-5, atol=1e-6)
+        assert served["classes"].tolist() == out["classes"]
 
 
 def test_model_parallelism_gives_one_clear_error(results):
-  returncode, output, _ = results['model_parallel']
-  assert returncode == 1, output[-4000:]
-  lines = output.strip().splitlines()
-  assert 'Traceback' not in output
-  # Where the program called into us, then the error: what to change.
-  assert lines[-2].startswith('tpu-estimator-run: configuration error') and 'resnet_tpu.py:' in lines[-2]
-  assert lines[-1].startswith('UnsupportedOffTPUError: TPUConfig.num_cores_per_replica=2 asks for model '
-                             'parallelism')
-  assert 'set num_cores_per_replica=None' in lines[-1]
+    returncode, output, _ = results["model_parallel"]
+    assert returncode == 1, output[-4000:]
+    lines = output.strip().splitlines()
+    assert "Traceback" not in output
+    # Where the program called into us, then the error: what to change.
+    assert lines[-2].startswith("tpu-estimator-run: configuration error") and "resnet_tpu.py:" in lines[-2]
+    assert lines[-1].startswith("UnsupportedOffTPUError: TPUConfig.num_cores_per_replica=2 asks for model parallelism")
+    assert "set num_cores_per_replica=None" in lines[-1]

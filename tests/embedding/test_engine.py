@@ -11,12 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from embedding import config
-from embedding import optimizers
+from embedding import config, optimizers
 from embedding.engine import EmbeddingEngine
 from tests.devices import logical_cpus
 from tests.embedding import numpy_reference as ref
-
 
 CPUS = logical_cpus()
 GRAPH_CPUS = [f"/cpu:{k}" for k in range(4)]
@@ -27,12 +25,9 @@ TABLE_OF = {"user": "A", "item": "A", "cat": "B"}
 # Three steps; duplicates within a sample (user 3,3 / 7,7,7 / 4,4; item 0,0), across samples and across the
 # two features sharing table A; empty samples; weights on the ragged feature.
 BATCHES = [
-    dict(user=([[3, 3, 5], [0], []], [[1.0, 2.0, 0.5], [3.0], []]),
-         item=[[5, 12], [3], [0, 0]], cat=[1, 6, 1]),
-    dict(user=([[12], [7, 7, 7], [1, 2]], [[0.5], [1.0, 1.0, 2.0], [1.0, 1.5]]),
-         item=[[], [2], [7, 1]], cat=[0, 0, 3]),
-    dict(user=([[4, 4], [9], [3, 0]], [[1.0, 1.0], [2.0], [1.0, 0.5]]),
-         item=[[9], [4], []], cat=[2, 5, 2]),
+    dict(user=([[3, 3, 5], [0], []], [[1.0, 2.0, 0.5], [3.0], []]), item=[[5, 12], [3], [0, 0]], cat=[1, 6, 1]),
+    dict(user=([[12], [7, 7, 7], [1, 2]], [[0.5], [1.0, 1.0, 2.0], [1.0, 1.5]]), item=[[], [2], [7, 1]], cat=[0, 0, 3]),
+    dict(user=([[4, 4], [9], [3, 0]], [[1.0, 1.0], [2.0], [1.0, 0.5]]), item=[[9], [4], []], cat=[2, 5, 2]),
 ]
 BATCH_SIZE = 3
 
@@ -48,10 +43,17 @@ def _target(feature):
 
 
 def _feature_config(combiner_a="mean", optimizer_a=None):
-    a = config.TableConfig(VOCAB["A"], DIM["A"], initializer=tf.constant_initializer(_initial("A")),
-                           combiner=combiner_a, name="A", optimizer=optimizer_a)
-    b = config.TableConfig(VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(_initial("B")),
-                           combiner="sum", name="B")
+    a = config.TableConfig(
+        VOCAB["A"],
+        DIM["A"],
+        initializer=tf.constant_initializer(_initial("A")),
+        combiner=combiner_a,
+        name="A",
+        optimizer=optimizer_a,
+    )
+    b = config.TableConfig(
+        VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(_initial("B")), combiner="sum", name="B"
+    )
     return {"user": config.FeatureConfig(a), "item": config.FeatureConfig(a), "cat": config.FeatureConfig(b)}
 
 
@@ -71,15 +73,15 @@ def _tf_inputs(batch):
     user_w = tf.ragged.constant(weights, dtype=tf.float32, ragged_rank=1)
     indices = [[b, j] for b, row in enumerate(batch["item"]) for j in range(len(row))]
     values = [i for row in batch["item"] for i in row]
-    item = tf.SparseTensor(tf.constant(indices, tf.int64), tf.constant(values, tf.int32),
-                           [BATCH_SIZE, max(len(r) for r in batch["item"])])
+    item = tf.SparseTensor(
+        tf.constant(indices, tf.int64), tf.constant(values, tf.int32), [BATCH_SIZE, max(len(r) for r in batch["item"])]
+    )
     cat = tf.constant(np.array(batch["cat"], np.int64)[:, None])
     return {"user": user, "item": item, "cat": cat}, {"user": user_w, "item": None, "cat": None}
 
 
 # ------------------------------------------------------------------------------------------ NumPy reference
-def reference_training(kind, kwargs, lr, combiner_a="mean", lazy=True, zero_features=(), multiplier=1.0,
-                       steps=BATCHES):
+def reference_training(kind, kwargs, lr, combiner_a="mean", lazy=True, zero_features=(), multiplier=1.0, steps=BATCHES):
     combiners = {"A": combiner_a, "B": "sum"}
     init_kwargs = {k: v for k, v in kwargs.items() if k == "initial_accumulator_value"}
     state = {t: ref.init_state(kind, _initial(t), **init_kwargs) for t in VOCAB}
@@ -91,7 +93,9 @@ def reference_training(kind, kwargs, lr, combiner_a="mean", lazy=True, zero_feat
             act = np.zeros((BATCH_SIZE, DIM[t]))
             for b, (ids, weights) in enumerate(samples):
                 if ids:
-                    act[b] = ref.combiner_scale(weights, combiners[t]) * sum(w * params[i] for i, w in zip(ids, weights))
+                    act[b] = ref.combiner_scale(weights, combiners[t]) * sum(
+                        w * params[i] for i, w in zip(ids, weights)
+                    )
             if feature in zero_features:
                 continue
             grad = _target(feature) + act
@@ -103,8 +107,7 @@ def reference_training(kind, kwargs, lr, combiner_a="mean", lazy=True, zero_feat
             ids, grads = occurrences[t]
             if not ids:
                 continue
-            state[t] = ref.lazy_table_step(kind, state[t], np.array(ids), np.array(grads), lr, lazy=lazy,
-                                           **kwargs)
+            state[t] = ref.lazy_table_step(kind, state[t], np.array(ids), np.array(grads), lr, lazy=lazy, **kwargs)
     return state
 
 
@@ -127,9 +130,10 @@ def train_eager(engine, steps=BATCHES, zero_features=(), **apply_kwargs):
 
 
 def engine_state(engine):
-    return {name: dict(params=t.read_full_table().numpy(),
-                       **{s: t.read_full_slot(s).numpy() for s in t.slot_names})
-            for name, t in engine.tables.items()}
+    return {
+        name: dict(params=t.read_full_table().numpy(), **{s: t.read_full_slot(s).numpy() for s in t.slot_names})
+        for name, t in engine.tables.items()
+    }
 
 
 def assert_state_close(got, expected, tol=1e-5):
@@ -143,8 +147,13 @@ CASES = {
     "adagrad": (lambda: optimizers.Adagrad(0.2), "adagrad", {}, 0.2, True),
     "adam": (lambda: optimizers.Adam(0.05), "adam", {}, 0.05, True),
     "adam_dense": (lambda: optimizers.Adam(0.05, lazy_adam=False), "adam", {}, 0.05, False),
-    "ftrl": (lambda: optimizers.FTRL(0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01,
-                                     beta=0.1), "ftrl", dict(l1=0.01, l2=0.01, beta=0.1), 0.2, True),
+    "ftrl": (
+        lambda: optimizers.FTRL(0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01, beta=0.1),
+        "ftrl",
+        dict(l1=0.01, l2=0.01, beta=0.1),
+        0.2,
+        True,
+    ),
 }
 
 
@@ -152,8 +161,9 @@ CASES = {
 @pytest.mark.parametrize("case", ["sgd", "adagrad", "adam", "ftrl"])
 def test_three_steps_equal_numpy_reference(case, combiner):
     make_opt, kind, kwargs, lr, lazy = CASES[case]
-    engine = EmbeddingEngine(_feature_config(combiner), make_opt(), num_shards=2, devices=CPUS,
-                             partition_strategy="mod")
+    engine = EmbeddingEngine(
+        _feature_config(combiner), make_opt(), num_shards=2, devices=CPUS, partition_strategy="mod"
+    )
     train_eager(engine)
     assert_state_close(engine_state(engine), reference_training(kind, kwargs, lr, combiner, lazy))
 
@@ -162,8 +172,9 @@ def test_three_steps_equal_numpy_reference(case, combiner):
 @pytest.mark.parametrize("case", ["adagrad", "adam_dense", "ftrl"])
 def test_shard_and_partition_invariance(case, num_shards, strategy):
     make_opt, kind, kwargs, lr, lazy = CASES[case]
-    engine = EmbeddingEngine(_feature_config("sqrtn"), make_opt(), num_shards=num_shards, devices=CPUS,
-                             partition_strategy=strategy)
+    engine = EmbeddingEngine(
+        _feature_config("sqrtn"), make_opt(), num_shards=num_shards, devices=CPUS, partition_strategy=strategy
+    )
     train_eager(engine)
     got = engine_state(engine)
     assert_state_close(got, reference_training(kind, kwargs, lr, "sqrtn", lazy))
@@ -193,8 +204,9 @@ def test_none_gradients_multiplier_and_learning_rate_override():
 
 
 def test_table_optimizer_overrides_global_one():
-    engine = EmbeddingEngine(_feature_config("mean", optimizer_a=optimizers.Adagrad(0.2)), optimizers.SGD(0.1),
-                             num_shards=2, devices=CPUS)
+    engine = EmbeddingEngine(
+        _feature_config("mean", optimizer_a=optimizers.Adagrad(0.2)), optimizers.SGD(0.1), num_shards=2, devices=CPUS
+    )
     assert engine.tables["A"].slot_names == ["accumulators"] and engine.tables["B"].slot_names == []
     train_eager(engine)
     got = engine_state(engine)
@@ -269,8 +281,11 @@ def test_non_finite_gradient_input_is_an_error_in_graphs_before_any_update(poiso
         with tf.compat.v1.Session() as sess:
             sess.run(engine.initializer)
             before = sess.run(tables)
-            expected = {"activation_grad": "table 'B'", "multiplier": "Non-finite embedding gradient",
-                        "weight": "table 'A'"}[poison]
+            expected = {
+                "activation_grad": "table 'B'",
+                "multiplier": "Non-finite embedding gradient",
+                "weight": "table 'A'",
+            }[poison]
             with pytest.raises(tf.errors.InvalidArgumentError, match=expected):
                 sess.run(update)
             after = sess.run(tables)
@@ -289,14 +304,17 @@ def _graph_step(engine, batch):
 
 
 def _graph_reads(engine):
-    return {name: dict(params=t.read_full_table(), **{s: t.read_full_slot(s) for s in t.slot_names})
-            for name, t in engine.tables.items()}
+    return {
+        name: dict(params=t.read_full_table(), **{s: t.read_full_slot(s) for s in t.slot_names})
+        for name, t in engine.tables.items()
+    }
 
 
 def test_tf1_session_training_equals_reference():
     with tf.Graph().as_default():
-        engine = EmbeddingEngine(_feature_config("sqrtn"), optimizers.Adam(0.05), num_shards=4,
-                                 devices=GRAPH_CPUS, partition_strategy="div")
+        engine = EmbeddingEngine(
+            _feature_config("sqrtn"), optimizers.Adam(0.05), num_shards=4, devices=GRAPH_CPUS, partition_strategy="div"
+        )
         steps = [_graph_step(engine, batch) for batch in BATCHES]
         reads = _graph_reads(engine)
         with tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(device_count={"CPU": 4})) as sess:
@@ -309,8 +327,9 @@ def test_tf1_session_training_equals_reference():
 
 def test_tf1_bad_ids_error_names_feature_and_tables_unchanged():
     with tf.Graph().as_default():
-        engine = EmbeddingEngine(_feature_config(), optimizers.Adagrad(0.1), num_shards=2, devices=GRAPH_CPUS,
-                                 partition_strategy="mod")
+        engine = EmbeddingEngine(
+            _feature_config(), optimizers.Adagrad(0.1), num_shards=2, devices=GRAPH_CPUS, partition_strategy="mod"
+        )
         cat = tf.compat.v1.placeholder(tf.int64, [BATCH_SIZE, 1])
         features, weights = _tf_inputs(BATCHES[0])
         features["cat"] = cat
@@ -336,8 +355,9 @@ def test_tf2_checkpoint_uses_upstream_layout(tmp_path):
     train_eager(engine, steps=BATCHES[:1])
     path = tf.train.Checkpoint(embedding=engine).write(str(tmp_path / "ckpt"))
     keys = {k for k, _ in tf.train.list_variables(path)} - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
-    assert keys == {f"embedding/{t}{s}/.ATTRIBUTES/VARIABLE_VALUE"
-                    for t in "AB" for s in ("", ".Smomenta", ".Svelocities")}
+    assert keys == {
+        f"embedding/{t}{s}/.ATTRIBUTES/VARIABLE_VALUE" for t in "AB" for s in ("", ".Smomenta", ".Svelocities")
+    }
     other = EmbeddingEngine(_feature_config(), optimizers.Adam(0.05), num_shards=3, partition_strategy="mod")
     tf.train.Checkpoint(embedding=other).read(path).assert_consumed()
     assert_state_close(engine_state(other), engine_state(engine), tol=0)

@@ -10,29 +10,38 @@ import tensorflow as tf
 
 tf_keras = pytest.importorskip("tf_keras")
 
-from embedding import optimizers  # pylint: disable=wrong-import-position
-from embedding.serving import TPUEmbeddingForServing  # pylint: disable=wrong-import-position
-from embedding.serving import serving_embedding_lookup  # pylint: disable=wrong-import-position
-from embedding.tpu_embedding import TPUEmbedding  # pylint: disable=wrong-import-position
-from embedding.tpu_embedding_v2 import TPUEmbeddingV2  # pylint: disable=wrong-import-position
-from tests.embedding.test_tpu_embedding import GLOBAL_BATCH  # pylint: disable=wrong-import-position
-from tests.embedding.test_tpu_embedding import NUM_STEPS  # pylint: disable=wrong-import-position
-from tests.embedding.test_tpu_embedding import distributed_iterator  # pylint: disable=wrong-import-position
-from tests.embedding.test_tpu_embedding import engine_state  # pylint: disable=wrong-import-position
-from tests.embedding.test_tpu_embedding import feature_config  # pylint: disable=wrong-import-position
-from tests.embedding.test_tpu_embedding import mirrored  # pylint: disable=wrong-import-position
-from tests.embedding.test_tpu_embedding import sample_slice  # pylint: disable=wrong-import-position
-from tests.embedding.test_tpu_embedding import with_weights  # pylint: disable=wrong-import-position
+from embedding import optimizers
+from embedding.serving import (
+    TPUEmbeddingForServing,
+    serving_embedding_lookup,
+)
+from embedding.tpu_embedding import TPUEmbedding
+from embedding.tpu_embedding_v2 import TPUEmbeddingV2
+from tests.embedding.test_tpu_embedding import (
+    GLOBAL_BATCH,
+    NUM_STEPS,
+    distributed_iterator,
+    engine_state,
+    feature_config,
+    mirrored,
+    sample_slice,
+    with_weights,
+)
 
-
-FEATURE_SPECS = {"user": tf.RaggedTensorSpec([None, None], tf.int64, 1), "item": tf.SparseTensorSpec([None, 3], tf.int32),
-                 "cat": tf.TensorSpec([None, 1], tf.int64)}
+FEATURE_SPECS = {
+    "user": tf.RaggedTensorSpec([None, None], tf.int64, 1),
+    "item": tf.SparseTensorSpec([None, 3], tf.int32),
+    "cat": tf.TensorSpec([None, 1], tf.int64),
+}
 USER_WEIGHT_SPEC = tf.RaggedTensorSpec([None, None], tf.float32, 1)
 
 
 def make_model():
-    inputs = {"user": tf_keras.Input([4], name="user"), "item": tf_keras.Input([4], name="item"),
-              "cat": tf_keras.Input([3], name="cat")}
+    inputs = {
+        "user": tf_keras.Input([4], name="user"),
+        "item": tf_keras.Input([4], name="item"),
+        "cat": tf_keras.Input([3], name="cat"),
+    }
     x = tf_keras.layers.Concatenate()([inputs["cat"], inputs["item"], inputs["user"]])
     x = tf_keras.layers.Dense(5, activation="tanh", kernel_initializer=tf_keras.initializers.GlorotUniform(7))(x)
     out = tf_keras.layers.Dense(1, kernel_initializer=tf_keras.initializers.GlorotUniform(8))(x)
@@ -98,8 +107,9 @@ def test_shard_invariance_of_keras_training(trained):
             np.testing.assert_allclose(w2, w1, rtol=1e-5, atol=1e-6)
     # Training changed both the tables and the dense weights.
     assert not np.allclose(model1.get_weights()[0], make_model().get_weights()[0])
-    assert not np.allclose(state1["A"]["params"], engine_state(TPUEmbedding(feature_config(), None).engine)["A"][
-        "params"])
+    assert not np.allclose(
+        state1["A"]["params"], engine_state(TPUEmbedding(feature_config(), None).engine)["A"]["params"]
+    )
 
 
 def _training_path_predictions(model, embedding, start, stop):
@@ -123,23 +133,33 @@ def test_export_from_serving_object_after_checkpoint(trained, tmp_path):
     tf.train.Checkpoint(model=serving_model, embedding=serving).restore(path).expect_partial()
     serving_model.embedding_api = serving
 
-    @tf.function(input_signature=[{"user": tf.TensorSpec([None, 1], tf.int64, name="user"),
-                                   "item": tf.TensorSpec([None, 1], tf.int32, name="item"),
-                                   "cat": tf.TensorSpec([None, 1], tf.int64, name="cat")}])
+    @tf.function(
+        input_signature=[
+            {
+                "user": tf.TensorSpec([None, 1], tf.int64, name="user"),
+                "item": tf.TensorSpec([None, 1], tf.int32, name="item"),
+                "cat": tf.TensorSpec([None, 1], tf.int64, name="cat"),
+            }
+        ]
+    )
     def serve_dense(ids):
         return serving_model(serving.embedding_lookup(ids))
 
     serving_model.serve_ragged = tf.function(
         lambda f, user_w: serving_model(serving.embedding_lookup(f, with_weights(user_w))),
-        input_signature=[FEATURE_SPECS, USER_WEIGHT_SPEC])
+        input_signature=[FEATURE_SPECS, USER_WEIGHT_SPEC],
+    )
     export_dir = str(tmp_path / "saved")
     tf.saved_model.save(serving_model, export_dir, signatures={"serving_default": serve_dense})
     loaded = tf.saved_model.load(export_dir)
     got = loaded.serve_ragged(features, weights["user"]).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
-    dense_ids = {"user": tf.constant([[3], [0]], tf.int64), "item": tf.constant([[5], [2]]),
-                 "cat": tf.constant([[1], [6]], tf.int64)}
+    dense_ids = {
+        "user": tf.constant([[3], [0]], tf.int64),
+        "item": tf.constant([[5], [2]]),
+        "cat": tf.constant([[1], [6]], tf.int64),
+    }
     out = loaded.signatures["serving_default"](**dense_ids)
     direct = serve_dense(dense_ids).numpy()
     np.testing.assert_allclose(list(out.values())[0].numpy(), direct, rtol=1e-6)
@@ -154,8 +174,11 @@ def test_export_directly_from_training_object(trained, tmp_path):
 
     @tf.function(input_signature=[FEATURE_SPECS, USER_WEIGHT_SPEC])
     def serve(f, user_w):
-        return model(serving_embedding_lookup(f, with_weights(user_w), embedding.embedding_tables,
-                                              embedding.engine.feature_config))
+        return model(
+            serving_embedding_lookup(
+                f, with_weights(user_w), embedding.embedding_tables, embedding.engine.feature_config
+            )
+        )
 
     model.serve = serve
     export_dir = str(tmp_path / "saved_direct")

@@ -8,23 +8,23 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from embedding import config
-from embedding import optimizers
-from embedding.serving import TPUEmbeddingForServing
-from embedding.serving import serving_embedding_lookup
+from embedding import config, optimizers
+from embedding.serving import TPUEmbeddingForServing, serving_embedding_lookup
 from embedding.tpu_embedding import TPUEmbedding
-from tests.embedding.test_tpu_embedding import CPUS
-from tests.embedding.test_tpu_embedding import DIM
-from tests.embedding.test_tpu_embedding import GLOBAL_BATCH
-from tests.embedding.test_tpu_embedding import VOCAB
-from tests.embedding.test_tpu_embedding import distributed_iterator
-from tests.embedding.test_tpu_embedding import engine_state
-from tests.embedding.test_tpu_embedding import feature_config
-from tests.embedding.test_tpu_embedding import mirrored
-from tests.embedding.test_tpu_embedding import reference_activations
-from tests.embedding.test_tpu_embedding import reference_training
-from tests.embedding.test_tpu_embedding import sample_slice
-from tests.embedding.test_tpu_embedding import seed_training_step
+from tests.embedding.test_tpu_embedding import (
+    CPUS,
+    DIM,
+    GLOBAL_BATCH,
+    VOCAB,
+    distributed_iterator,
+    engine_state,
+    feature_config,
+    mirrored,
+    reference_activations,
+    reference_training,
+    sample_slice,
+    seed_training_step,
+)
 
 del CPUS  # Imported for its side effect: logical CPUs configured before TF initialises.
 
@@ -86,8 +86,13 @@ def test_upstream_serving_restores_our_checkpoint(tmp_path):
 
 
 def _table(name="t", vocab=10, dim=2, combiner="mean"):
-    return config.TableConfig(vocab, dim, name=name, combiner=combiner, initializer=tf.constant_initializer(
-        np.random.RandomState(3).normal(size=(vocab, dim)).astype(np.float32)))
+    return config.TableConfig(
+        vocab,
+        dim,
+        name=name,
+        combiner=combiner,
+        initializer=tf.constant_initializer(np.random.RandomState(3).normal(size=(vocab, dim)).astype(np.float32)),
+    )
 
 
 RAGGED = tf.ragged.constant([[1, 2, 3], [4], [], [5, 5]], dtype=tf.int64)
@@ -97,20 +102,24 @@ SPARSE_W = tf.SparseTensor(SPARSE.indices, tf.constant([1.0, 2.0, 3.0, 0.5, 1.5,
 
 
 @pytest.mark.parametrize("combiner", ["mean", "sum", "sqrtn"])
-@pytest.mark.parametrize("case", [
-    ("dense_1d", tf.constant([1, 2, 0, 9]), None, {}),
-    ("dense_b1", tf.constant([[1], [2], [0], [9]]), None, {}),
-    ("dense_b21", tf.constant([[[1], [2]], [[0], [9]]]), None, {}),
-    ("dense_seq", tf.constant([[1, 2, 3], [4, 5, 6], [0, 0, 0], [7, 8, 9]]), None, dict(max_sequence_length=2)),
-    ("dense_out", tf.constant([[1], [2], [0], [9]]), None, dict(output_shape=[2, 2])),
-    ("ragged", RAGGED, RAGGED_W, {}),
-    ("ragged_seq", RAGGED, RAGGED_W, dict(max_sequence_length=2)),
-    ("ragged_out_seq", RAGGED, None, dict(output_shape=[4, 3])),
-    ("ragged_out", RAGGED, RAGGED_W, dict(output_shape=[2, 2])),
-    ("sparse", SPARSE, SPARSE_W, {}),
-    ("sparse_seq", SPARSE, SPARSE_W, dict(max_sequence_length=4)),
-    ("sparse_3d", tf.sparse.reshape(SPARSE, [2, 2, 3]), None, {}),
-], ids=lambda c: c[0] if isinstance(c, tuple) else c)
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("dense_1d", tf.constant([1, 2, 0, 9]), None, {}),
+        ("dense_b1", tf.constant([[1], [2], [0], [9]]), None, {}),
+        ("dense_b21", tf.constant([[[1], [2]], [[0], [9]]]), None, {}),
+        ("dense_seq", tf.constant([[1, 2, 3], [4, 5, 6], [0, 0, 0], [7, 8, 9]]), None, dict(max_sequence_length=2)),
+        ("dense_out", tf.constant([[1], [2], [0], [9]]), None, dict(output_shape=[2, 2])),
+        ("ragged", RAGGED, RAGGED_W, {}),
+        ("ragged_seq", RAGGED, RAGGED_W, dict(max_sequence_length=2)),
+        ("ragged_out_seq", RAGGED, None, dict(output_shape=[4, 3])),
+        ("ragged_out", RAGGED, RAGGED_W, dict(output_shape=[2, 2])),
+        ("sparse", SPARSE, SPARSE_W, {}),
+        ("sparse_seq", SPARSE, SPARSE_W, dict(max_sequence_length=4)),
+        ("sparse_3d", tf.sparse.reshape(SPARSE, [2, 2, 3]), None, {}),
+    ],
+    ids=lambda c: c[0] if isinstance(c, tuple) else c,
+)
 def test_serving_equals_training_path(case, combiner):
     _, ids, weights, kwargs = case
     fc = {"f": config.FeatureConfig(_table(combiner=combiner), **kwargs)}
@@ -134,12 +143,15 @@ def test_safe_sparse_lookup_prunes_negative_ids_and_non_positive_weights():
     np.testing.assert_allclose(got, np.stack([full[3], np.zeros(2), 2 * full[5], np.zeros(2)]), rtol=1e-6)
 
 
-@pytest.mark.parametrize("ids,weights,match", [
-    (tf.constant([1, 2]), tf.constant([1.0, 1.0]), "Weight specified for f, but input is dense"),
-    (RAGGED, SPARSE_W, "does not match type of the input"),
-    (tf.RaggedTensor.from_nested_row_splits([1, 2, 3], [[0, 1, 3], [0, 1, 2, 3]]), None, "Only rank 2 ragged"),
-    (tf.ragged.constant([[1], [2], [3]]), None, "should be the factor"),
-])
+@pytest.mark.parametrize(
+    "ids,weights,match",
+    [
+        (tf.constant([1, 2]), tf.constant([1.0, 1.0]), "Weight specified for f, but input is dense"),
+        (RAGGED, SPARSE_W, "does not match type of the input"),
+        (tf.RaggedTensor.from_nested_row_splits([1, 2, 3], [[0, 1, 3], [0, 1, 2, 3]]), None, "Only rank 2 ragged"),
+        (tf.ragged.constant([[1], [2], [3]]), None, "should be the factor"),
+    ],
+)
 def test_serving_errors(ids, weights, match):
     fc = {"f": config.FeatureConfig(_table(), output_shape=[2] if "factor" in match else None)}
     serving = TPUEmbeddingForServing(fc, None)
@@ -158,7 +170,7 @@ def test_restored_state_continues_training_like_reference(tmp_path):
     embedding, path = _train_two_replicas(tmp_path)
     serving = TPUEmbeddingForServing(feature_config(), optimizers.Adagrad(0.2))
     tf.train.Checkpoint(embedding=serving).restore(path).assert_consumed()
-    got = engine_state(serving._engine)  # pylint: disable=protected-access
+    got = engine_state(serving._engine)
     expected = engine_state(embedding.engine)
     for t in expected:
         for k in expected[t]:

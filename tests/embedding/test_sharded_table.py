@@ -4,13 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from embedding import checkpointing
-from embedding import config
-from embedding import optimizers
-from embedding.sharded_table import ShardLayout, ShardedTable
+from embedding import checkpointing, config, optimizers
+from embedding.sharded_table import ShardedTable, ShardLayout
 from tests.devices import logical_cpus
 from tests.embedding import numpy_reference as ref
-
 
 CPUS = logical_cpus()
 GRAPH_CPUS = [f"/cpu:{k}" for k in range(4)]
@@ -41,24 +38,62 @@ def _state(table):
 # (id, optimizer factory, reference kind, reference kwargs, lazy)
 OPTIMIZERS = [
     ("sgd", lambda: optimizers.SGD(0.1), "sgd", {}, True),
-    ("sgd_clip_decay", lambda: optimizers.SGD(0.1, clipvalue=0.5, weight_decay_factor=0.05, clip_weight_min=-1.0,
-                                              clip_weight_max=1.2),
-     "sgd", dict(clip_gradient_min=-0.5, clip_gradient_max=0.5, weight_decay_factor=0.05, clip_weight_min=-1.0,
-                 clip_weight_max=1.2), True),
-    ("adagrad", lambda: optimizers.Adagrad(0.1, initial_accumulator_value=0.2), "adagrad",
-     dict(initial_accumulator_value=0.2), True),
-    ("adagrad_clip", lambda: optimizers.Adagrad(0.1, clipvalue=(-0.4, 0.6)), "adagrad",
-     dict(clip_gradient_min=-0.4, clip_gradient_max=0.6), True),
-    ("adagrad_momentum", lambda: optimizers.AdagradMomentum(0.1, momentum=0.9, use_nesterov=True),
-     "adagrad_momentum", dict(momentum=0.9, use_nesterov=True), True),
+    (
+        "sgd_clip_decay",
+        lambda: optimizers.SGD(0.1, clipvalue=0.5, weight_decay_factor=0.05, clip_weight_min=-1.0, clip_weight_max=1.2),
+        "sgd",
+        dict(
+            clip_gradient_min=-0.5,
+            clip_gradient_max=0.5,
+            weight_decay_factor=0.05,
+            clip_weight_min=-1.0,
+            clip_weight_max=1.2,
+        ),
+        True,
+    ),
+    (
+        "adagrad",
+        lambda: optimizers.Adagrad(0.1, initial_accumulator_value=0.2),
+        "adagrad",
+        dict(initial_accumulator_value=0.2),
+        True,
+    ),
+    (
+        "adagrad_clip",
+        lambda: optimizers.Adagrad(0.1, clipvalue=(-0.4, 0.6)),
+        "adagrad",
+        dict(clip_gradient_min=-0.4, clip_gradient_max=0.6),
+        True,
+    ),
+    (
+        "adagrad_momentum",
+        lambda: optimizers.AdagradMomentum(0.1, momentum=0.9, use_nesterov=True),
+        "adagrad_momentum",
+        dict(momentum=0.9, use_nesterov=True),
+        True,
+    ),
     ("adam_lazy", lambda: optimizers.Adam(0.05), "adam", {}, True),
-    ("adam_dense", lambda: optimizers.Adam(0.05, lazy_adam=False, sum_inside_sqrt=False), "adam",
-     dict(sum_inside_sqrt=False), False),
-    ("ftrl", lambda: optimizers.FTRL(0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.02,
-                                     beta=0.1), "ftrl", dict(l1=0.01, l2=0.02, beta=0.1), True),
-    ("ftrl_linear_lr", lambda: optimizers.FTRL(0.1, l1_regularization_strength=0.01, beta=0.1,
-                                               multiply_linear_by_learning_rate=True),
-     "ftrl", dict(l1=0.01, beta=0.1, multiply_linear_by_learning_rate=True), True),
+    (
+        "adam_dense",
+        lambda: optimizers.Adam(0.05, lazy_adam=False, sum_inside_sqrt=False),
+        "adam",
+        dict(sum_inside_sqrt=False),
+        False,
+    ),
+    (
+        "ftrl",
+        lambda: optimizers.FTRL(0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.02, beta=0.1),
+        "ftrl",
+        dict(l1=0.01, l2=0.02, beta=0.1),
+        True,
+    ),
+    (
+        "ftrl_linear_lr",
+        lambda: optimizers.FTRL(0.1, l1_regularization_strength=0.01, beta=0.1, multiply_linear_by_learning_rate=True),
+        "ftrl",
+        dict(l1=0.01, beta=0.1, multiply_linear_by_learning_rate=True),
+        True,
+    ),
 ]
 
 STEPS = [
@@ -76,8 +111,9 @@ def _reference(kind, kwargs, lazy, steps=STEPS, lr=None):
     init_kwargs = {k: v for k, v in kwargs.items() if k == "initial_accumulator_value"}
     state = ref.init_state(kind, _full(), **init_kwargs)
     for i, (ids, _) in enumerate(steps):
-        state = ref.lazy_table_step(kind, state, ids, _grads(i, ids), lr if lr is not None else _LR[kind],
-                                    lazy=lazy, **kwargs)
+        state = ref.lazy_table_step(
+            kind, state, ids, _grads(i, ids), lr if lr is not None else _LR[kind], lazy=lazy, **kwargs
+        )
     return state
 
 
@@ -236,8 +272,12 @@ def test_tf1_while_loop_in_session():
     steps = [(np.array([0, 3, 10, 5], np.int64), None)] * 3
     graph = tf.Graph()
     with graph.as_default():
-        table = _table(optimizers.FTRL(0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.02,
-                                       beta=0.1), 4, "mod", devices=GRAPH_CPUS)
+        table = _table(
+            optimizers.FTRL(0.1, l1_regularization_strength=0.01, l2_regularization_strength=0.02, beta=0.1),
+            4,
+            "mod",
+            devices=GRAPH_CPUS,
+        )
         ids = tf.constant(steps[0][0])
         grads = tf.constant(_grads(0, steps[0][0]))
 
@@ -289,13 +329,20 @@ def _train_graph_table(n, strategy, opt, steps=STEPS, **kw):
 
 
 def test_tf1_saver_restores_onto_other_shard_count_and_strategy(tmp_path):
-    names = dict(checkpoint_name="input_layer/x_embedding/embedding_weights",
-                 slot_checkpoint_names={"momenta": "input_layer/x_embedding/embedding_weights/Adam",
-                                        "velocities": "input_layer/x_embedding/embedding_weights/Adam_1"})
+    names = dict(
+        checkpoint_name="input_layer/x_embedding/embedding_weights",
+        slot_checkpoint_names={
+            "momenta": "input_layer/x_embedding/embedding_weights/Adam",
+            "velocities": "input_layer/x_embedding/embedding_weights/Adam_1",
+        },
+    )
     with tf.Graph().as_default():
         table, updates = _train_graph_table(4, "div", optimizers.Adam(0.05), **names)
-        reads = {"params": table.read_full_table(), "momenta": table.read_full_slot("momenta"),
-                 "velocities": table.read_full_slot("velocities")}
+        reads = {
+            "params": table.read_full_table(),
+            "momenta": table.read_full_slot("momenta"),
+            "velocities": table.read_full_slot("velocities"),
+        }
         # Default var_list (the logical saveables, not the shards); sharded=True as the Estimator's Scaffold.
         saver = tf.compat.v1.train.Saver(sharded=True)
         with tf.compat.v1.Session(config=_session_config()) as sess:
@@ -307,7 +354,8 @@ def test_tf1_saver_restores_onto_other_shard_count_and_strategy(tmp_path):
     assert dict(tf.train.list_variables(path)) == {
         "input_layer/x_embedding/embedding_weights": [VOCAB, DIM],
         "input_layer/x_embedding/embedding_weights/Adam": [VOCAB, DIM],
-        "input_layer/x_embedding/embedding_weights/Adam_1": [VOCAB, DIM]}
+        "input_layer/x_embedding/embedding_weights/Adam_1": [VOCAB, DIM],
+    }
     reader = tf.train.load_checkpoint(path)
     np.testing.assert_array_equal(reader.get_tensor("input_layer/x_embedding/embedding_weights"), saved["params"])
 
@@ -315,8 +363,11 @@ def test_tf1_saver_restores_onto_other_shard_count_and_strategy(tmp_path):
         table = _table(optimizers.Adam(0.05), 2, "mod", init=tf.zeros_initializer(), devices=GRAPH_CPUS, **names)
         ids = tf.constant([10, 1, 4, 7], tf.int64)
         rows = table.lookup(ids)
-        reads = {"params": table.read_full_table(), "momenta": table.read_full_slot("momenta"),
-                 "velocities": table.read_full_slot("velocities")}
+        reads = {
+            "params": table.read_full_table(),
+            "momenta": table.read_full_slot("momenta"),
+            "velocities": table.read_full_slot("velocities"),
+        }
         with tf.compat.v1.Session(config=_session_config()) as sess:
             tf.compat.v1.train.Saver().restore(sess, path)
             restored, looked_up = sess.run([reads, rows])
@@ -341,8 +392,10 @@ def test_tf1_meta_graph_import_and_restore(tmp_path):
         with tf.compat.v1.Session(config=_session_config()) as sess:
             imported.restore(sess, path)
             slot = sess.run([v for v in shards if "accumulators" in v.name])
-    np.testing.assert_array_equal(np.concatenate(slot)[np.argsort(
-        np.concatenate([ShardLayout(VOCAB, 3, "mod").row_ids(k) for k in range(3)]))], saved)
+    np.testing.assert_array_equal(
+        np.concatenate(slot)[np.argsort(np.concatenate([ShardLayout(VOCAB, 3, "mod").row_ids(k) for k in range(3)]))],
+        saved,
+    )
 
 
 def test_tf1_explicit_saveables_and_var_list(tmp_path):
@@ -384,7 +437,7 @@ def test_tf2_checkpoint_interoperates_with_plain_variable(tmp_path):
     plain.t = tf.Variable(full)  # Same child name as the table's logical tensor.
     path = plain.write(str(tmp_path / "plain"))
     table = _table(None, 4, "mod")
-    tf.train.Checkpoint(root=table)  # noqa: the table itself is the root object below.
+    tf.train.Checkpoint(root=table)  # The table itself is the root object below.
     status = tf.train.Checkpoint(t=table.logical_tensors()["t"]).read(path)
     status.assert_existing_objects_matched()
     np.testing.assert_array_equal(table.read_full_table().numpy(), full)

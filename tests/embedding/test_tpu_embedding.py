@@ -14,12 +14,10 @@ import pytest
 import tensorflow as tf
 
 import embedding
-from embedding import config
-from embedding import optimizers
+from embedding import config, optimizers
 from embedding.tpu_embedding import TPUEmbedding
 from tests.devices import logical_cpus
 from tests.embedding import numpy_reference as ref
-
 
 CPUS = logical_cpus()
 VOCAB = {"A": 13, "B": 7}
@@ -30,9 +28,20 @@ NUM_STEPS = 3
 ITEM_WIDTH = 3
 
 # Per sample: user (ids, weights) with duplicates and empty rows; item ids; cat id.
-USER = [([3, 3, 5], [1.0, 2.0, 0.5]), ([0], [3.0]), ([], []), ([12], [0.5]),
-        ([7, 7, 7], [1.0, 1.0, 2.0]), ([1, 2], [1.0, 1.5]), ([4, 4], [1.0, 1.0]), ([9], [2.0]),
-        ([3, 0], [1.0, 0.5]), ([5], [1.0]), ([3], [2.0]), ([11, 3], [0.5, 0.5])]
+USER = [
+    ([3, 3, 5], [1.0, 2.0, 0.5]),
+    ([0], [3.0]),
+    ([], []),
+    ([12], [0.5]),
+    ([7, 7, 7], [1.0, 1.0, 2.0]),
+    ([1, 2], [1.0, 1.5]),
+    ([4, 4], [1.0, 1.0]),
+    ([9], [2.0]),
+    ([3, 0], [1.0, 0.5]),
+    ([5], [1.0]),
+    ([3], [2.0]),
+    ([11, 3], [0.5, 0.5]),
+]
 ITEM = [[5, 12], [3], [0, 0], [], [2], [7, 1], [9], [4], [], [3, 3, 5], [6], [0]]
 CAT = [1, 6, 1, 0, 0, 3, 2, 5, 2, 1, 1, 4]
 _rng = np.random.RandomState(42)
@@ -42,8 +51,12 @@ CASES = {
     "sgd": (lambda: optimizers.SGD(0.1), "sgd", {}, 0.1),
     "adagrad": (lambda: optimizers.Adagrad(0.2), "adagrad", {}, 0.2),
     "adam": (lambda: optimizers.Adam(0.05), "adam", {}, 0.05),
-    "ftrl": (lambda: optimizers.FTRL(0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01,
-                                     beta=0.1), "ftrl", dict(l1=0.01, l2=0.01, beta=0.1), 0.2),
+    "ftrl": (
+        lambda: optimizers.FTRL(0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01, beta=0.1),
+        "ftrl",
+        dict(l1=0.01, l2=0.01, beta=0.1),
+        0.2,
+    ),
 }
 
 
@@ -53,10 +66,17 @@ def initial(table):
 
 
 def feature_config(optimizer_a=None, combiner_a="mean"):
-    a = config.TableConfig(VOCAB["A"], DIM["A"], initializer=tf.constant_initializer(initial("A")),
-                           combiner=combiner_a, name="A", optimizer=optimizer_a)
-    b = config.TableConfig(VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(initial("B")),
-                           combiner="sum", name="B")
+    a = config.TableConfig(
+        VOCAB["A"],
+        DIM["A"],
+        initializer=tf.constant_initializer(initial("A")),
+        combiner=combiner_a,
+        name="A",
+        optimizer=optimizer_a,
+    )
+    b = config.TableConfig(
+        VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(initial("B")), combiner="sum", name="B"
+    )
     return {"user": config.FeatureConfig(a), "item": config.FeatureConfig(a), "cat": config.FeatureConfig(b)}
 
 
@@ -70,8 +90,9 @@ def all_samples():
     user = tf.ragged.constant([u for u, _ in USER], dtype=tf.int64, ragged_rank=1)
     user_w = tf.ragged.constant([w for _, w in USER], dtype=tf.float32, ragged_rank=1)
     indices = [[b, j] for b, row in enumerate(ITEM) for j in range(len(row))]
-    item = tf.SparseTensor(tf.constant(indices, tf.int64), tf.constant([i for r in ITEM for i in r], tf.int32),
-                           [len(ITEM), ITEM_WIDTH])
+    item = tf.SparseTensor(
+        tf.constant(indices, tf.int64), tf.constant([i for r in ITEM for i in r], tf.int32), [len(ITEM), ITEM_WIDTH]
+    )
     cat = tf.constant(np.array(CAT, np.int64)[:, None])
     return {"user": user, "item": item, "cat": cat}, user_w, {f: tf.constant(t) for f, t in TARGETS.items()}
 
@@ -79,11 +100,15 @@ def all_samples():
 def sample_slice(start, stop):
     """(features, weights, targets) of samples [start, stop) as plain tensors."""
     features, user_w, targets = all_samples()
-    return ({"user": features["user"][start:stop], "item": tf.sparse.slice(features["item"], [start, 0],
-                                                                          [stop - start, ITEM_WIDTH]),
-             "cat": features["cat"][start:stop]},
-            {"user": user_w[start:stop], "item": None, "cat": None},
-            {f: t[start:stop] for f, t in targets.items()})
+    return (
+        {
+            "user": features["user"][start:stop],
+            "item": tf.sparse.slice(features["item"], [start, 0], [stop - start, ITEM_WIDTH]),
+            "cat": features["cat"][start:stop],
+        },
+        {"user": user_w[start:stop], "item": None, "cat": None},
+        {f: t[start:stop] for f, t in targets.items()},
+    )
 
 
 def make_dataset_fn(num_replicas):
@@ -100,7 +125,8 @@ def make_dataset_fn(num_replicas):
 def distributed_iterator(strategy):
     dist = strategy.distribute_datasets_from_function(
         make_dataset_fn(strategy.num_replicas_in_sync),
-        options=tf.distribute.InputOptions(experimental_fetch_to_device=False))
+        options=tf.distribute.InputOptions(experimental_fetch_to_device=False),
+    )
     return iter(dist)
 
 
@@ -130,7 +156,9 @@ def reference_activations(params, start, stop, combiner_a="mean"):
         for b in range(start, stop):
             ids, weights = _samples(feature, b)
             if ids:
-                act[b - start] = ref.combiner_scale(weights, combiners[t]) * sum(w * params[t][i] for i, w in zip(ids, weights))
+                act[b - start] = ref.combiner_scale(weights, combiners[t]) * sum(
+                    w * params[t][i] for i, w in zip(ids, weights)
+                )
         out[feature] = act
     return out
 
@@ -157,8 +185,10 @@ def reference_training(kind, kwargs, lr, num_steps=NUM_STEPS, combiner_a="mean")
 
 
 def engine_state(engine):
-    return {name: dict(params=t.read_full_table().numpy(), **{s: t.read_full_slot(s).numpy() for s in t.slot_names})
-            for name, t in engine.tables.items()}
+    return {
+        name: dict(params=t.read_full_table().numpy(), **{s: t.read_full_slot(s).numpy() for s in t.slot_names})
+        for name, t in engine.tables.items()
+    }
 
 
 def assert_state_close(got, expected, tol=1e-5):
@@ -251,8 +281,9 @@ def test_per_replica_device_enqueue_form():
         def per_core_enqueue(ctx):
             core_id = ctx.replica_id_in_sync_group
             device = strategy.extended.worker_devices[core_id]
-            embedding.enqueue(per_core_features[core_id], weights=with_weights(per_core_weights[core_id]),
-                              device=device)
+            embedding.enqueue(
+                per_core_features[core_id], weights=with_weights(per_core_weights[core_id]), device=device
+            )
 
         strategy.experimental_distribute_values_from_function(per_core_enqueue)
 
@@ -295,8 +326,9 @@ def _eager_steps(embedding, strategy=None, in_function=False):
 @pytest.mark.parametrize("in_function", [False, True])
 @pytest.mark.parametrize("strategy_kind", ["default", "one_device", "mirrored1"])
 def test_single_replica_strategies_eager_and_function(strategy_kind, in_function):
-    strategy = {"default": None, "one_device": tf.distribute.OneDeviceStrategy(CPUS[1]),
-                "mirrored1": mirrored(1)}[strategy_kind]
+    strategy = {"default": None, "one_device": tf.distribute.OneDeviceStrategy(CPUS[1]), "mirrored1": mirrored(1)}[
+        strategy_kind
+    ]
     if strategy is None:
         embedding = TPUEmbedding(feature_config(), optimizers.Adam(0.05))
     else:
@@ -310,8 +342,10 @@ def test_mirrored_eager_and_enqueue_inside_run():
     """Eager MirroredStrategy; enqueue called inside strategy.run gathers the replicas' inputs."""
     strategy = mirrored(2)
     with strategy.scope():
-        embedding = TPUEmbedding(feature_config(), optimizers.FTRL(
-            0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01, beta=0.1))
+        embedding = TPUEmbedding(
+            feature_config(),
+            optimizers.FTRL(0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01, beta=0.1),
+        )
     iterator = distributed_iterator(strategy)
 
     def replica_step(features, user_w, targets):
@@ -324,8 +358,9 @@ def test_mirrored_eager_and_enqueue_inside_run():
 
     for _ in range(NUM_STEPS):
         strategy.run(replica_step, args=next(iterator))
-    assert_state_close(engine_state(embedding.engine),
-                       reference_training("ftrl", dict(l1=0.01, l2=0.01, beta=0.1), 0.2))
+    assert_state_close(
+        engine_state(embedding.engine), reference_training("ftrl", dict(l1=0.01, l2=0.01, beta=0.1), 0.2)
+    )
 
 
 def test_tables_are_sharded_over_replica_devices():
@@ -342,8 +377,13 @@ def test_tables_are_sharded_over_replica_devices():
 
 # ------------------------------------------------------------------------------------------ input rules
 def _single(table_dim=2, vocab=10, **feature_kwargs):
-    table = config.TableConfig(vocab, table_dim, initializer=tf.constant_initializer(
-        np.arange(vocab * table_dim, dtype=np.float32).reshape(vocab, table_dim)), name="t", combiner="sum")
+    table = config.TableConfig(
+        vocab,
+        table_dim,
+        initializer=tf.constant_initializer(np.arange(vocab * table_dim, dtype=np.float32).reshape(vocab, table_dim)),
+        name="t",
+        combiner="sum",
+    )
     return {"f": config.FeatureConfig(table, **feature_kwargs)}
 
 
@@ -352,16 +392,19 @@ def _dequeue_shape(embedding, features):
     return embedding.dequeue()["f"]
 
 
-@pytest.mark.parametrize("features,feature_kwargs,expected", [
-    (tf.constant([1, 2, 3]), {}, [3, 2]),
-    (tf.constant([[1], [2], [3]]), {}, [3, 2]),
-    (tf.constant([[[1], [2]], [[3], [4]]]), {}, [2, 2, 2]),
-    (tf.ragged.constant([[1, 2], [3]]), {}, [2, 2]),
-    (tf.ragged.constant([[1, 2, 3], [3]]), dict(max_sequence_length=2), [2, 2, 2]),
-    (tf.sparse.from_dense(tf.constant([[1, 2, 0], [3, 0, 0]])), dict(max_sequence_length=4), [2, 4, 2]),
-    (tf.sparse.from_dense(tf.constant([[[1, 2], [3, 0]], [[4, 0], [5, 6]]])), {}, [2, 2, 2]),
-    (tf.constant([[1], [2], [3], [4]]), dict(output_shape=[2, 2]), [2, 2, 2]),
-])
+@pytest.mark.parametrize(
+    "features,feature_kwargs,expected",
+    [
+        (tf.constant([1, 2, 3]), {}, [3, 2]),
+        (tf.constant([[1], [2], [3]]), {}, [3, 2]),
+        (tf.constant([[[1], [2]], [[3], [4]]]), {}, [2, 2, 2]),
+        (tf.ragged.constant([[1, 2], [3]]), {}, [2, 2]),
+        (tf.ragged.constant([[1, 2, 3], [3]]), dict(max_sequence_length=2), [2, 2, 2]),
+        (tf.sparse.from_dense(tf.constant([[1, 2, 0], [3, 0, 0]])), dict(max_sequence_length=4), [2, 4, 2]),
+        (tf.sparse.from_dense(tf.constant([[[1, 2], [3, 0]], [[4, 0], [5, 6]]])), {}, [2, 2, 2]),
+        (tf.constant([[1], [2], [3], [4]]), dict(output_shape=[2, 2]), [2, 2, 2]),
+    ],
+)
 def test_output_shapes(features, feature_kwargs, expected):
     embedding = TPUEmbedding(_single(**feature_kwargs), optimizers.SGD(0.1))
     assert _dequeue_shape(embedding, features).shape.as_list() == expected
@@ -374,17 +417,28 @@ def test_sequence_values_truncate_and_pad():
     np.testing.assert_array_equal(out, np.stack([table[[1, 2]], np.stack([table[4], np.zeros(2)])]))
 
 
-@pytest.mark.parametrize("features,weights,error,match", [
-    (tf.constant(1), None, ValueError, "rank 1 and above"),
-    (tf.constant([[1, 2], [3, 4]]), None, ValueError, "last dimension as 1"),
-    (tf.SparseTensor([[0]], [1], [3]), None, ValueError, "rank 2 and above sparse"),
-    (tf.RaggedTensor.from_nested_row_splits([1, 2, 3], [[0, 1, 3], [0, 1, 2, 3]]), None, ValueError,
-     "only rank 2 ragged"),
-    (tf.constant([1, 2]), tf.constant([1.0, 1.0]), ValueError, "weight specified for dense input"),
-    (tf.ragged.constant([[1], [2]]), tf.sparse.from_dense(tf.constant([[1.0], [1.0]])), ValueError,
-     "does not match the type"),
-    (tf.constant(["a", "b"]), None, TypeError, "string ids"),
-])
+@pytest.mark.parametrize(
+    "features,weights,error,match",
+    [
+        (tf.constant(1), None, ValueError, "rank 1 and above"),
+        (tf.constant([[1, 2], [3, 4]]), None, ValueError, "last dimension as 1"),
+        (tf.SparseTensor([[0]], [1], [3]), None, ValueError, "rank 2 and above sparse"),
+        (
+            tf.RaggedTensor.from_nested_row_splits([1, 2, 3], [[0, 1, 3], [0, 1, 2, 3]]),
+            None,
+            ValueError,
+            "only rank 2 ragged",
+        ),
+        (tf.constant([1, 2]), tf.constant([1.0, 1.0]), ValueError, "weight specified for dense input"),
+        (
+            tf.ragged.constant([[1], [2]]),
+            tf.sparse.from_dense(tf.constant([[1.0], [1.0]])),
+            ValueError,
+            "does not match the type",
+        ),
+        (tf.constant(["a", "b"]), None, TypeError, "string ids"),
+    ],
+)
 def test_input_errors(features, weights, error, match):
     embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
     with pytest.raises(error, match=match):
@@ -436,7 +490,8 @@ def test_gradient_shape_error_inside_mirrored_run():
     with strategy.scope():
         embedding = TPUEmbedding(_single(), optimizers.SGD(0.1))
     features = strategy.experimental_distribute_values_from_function(
-        lambda ctx: {"f": tf.constant([1, 2]) + ctx.replica_id_in_sync_group})
+        lambda ctx: {"f": tf.constant([1, 2]) + ctx.replica_id_in_sync_group}
+    )
     embedding.enqueue(features)
     with pytest.raises(ValueError, match=r"Found gradient of shape \(2, 5\) at path f\. Expected shape \[2, 2\]\."):
         strategy.run(lambda: embedding.apply_gradients({"f": tf.zeros([2, 5])}))
@@ -546,8 +601,11 @@ def test_checkpoint_layout_and_restore_across_replica_counts(tmp_path):
     seed_training_step(strategy, embedding)(distributed_iterator(strategy), tf.constant(2))
     path = tf.train.Checkpoint(embedding=embedding).save(str(tmp_path / "ckpt"))
     names = {n for n, _ in tf.train.list_variables(path)}
-    assert {"embedding/A/.ATTRIBUTES/VARIABLE_VALUE", "embedding/A.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE",
-            "embedding/B/.ATTRIBUTES/VARIABLE_VALUE"} <= names
+    assert {
+        "embedding/A/.ATTRIBUTES/VARIABLE_VALUE",
+        "embedding/A.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE",
+        "embedding/B/.ATTRIBUTES/VARIABLE_VALUE",
+    } <= names
     assert not any("shard" in n for n in names)
     trained = engine_state(embedding.engine)
 
@@ -574,10 +632,12 @@ def test_checkpoint_layout_and_restore_across_replica_counts(tmp_path):
 # ------------------------------------------------------------------------------------------ upstream objects
 def test_upstream_configs_and_optimizer_are_accepted_and_key_the_tables():
     up = tf.tpu.experimental.embedding
-    a = up.TableConfig(VOCAB["A"], DIM["A"], initializer=tf.constant_initializer(initial("A")), combiner="mean",
-                       name="A")
-    b = up.TableConfig(VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(initial("B")), combiner="sum",
-                       name="B")
+    a = up.TableConfig(
+        VOCAB["A"], DIM["A"], initializer=tf.constant_initializer(initial("A")), combiner="mean", name="A"
+    )
+    b = up.TableConfig(
+        VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(initial("B")), combiner="sum", name="B"
+    )
     fc = {"user": up.FeatureConfig(a), "item": up.FeatureConfig(a), "cat": up.FeatureConfig(b)}
     strategy = mirrored(2)
     with strategy.scope():
@@ -587,8 +647,9 @@ def test_upstream_configs_and_optimizer_are_accepted_and_key_the_tables():
     tables = embedding.embedding_tables
     assert set(tables) == {a, b}
     for table, value in tables.items():
-        np.testing.assert_allclose(tf.convert_to_tensor(value).numpy(), trained[table.name]["params"], rtol=1e-5,
-                                   atol=1e-5)
+        np.testing.assert_allclose(
+            tf.convert_to_tensor(value).numpy(), trained[table.name]["params"], rtol=1e-5, atol=1e-5
+        )
 
 
 def test_callable_learning_rate_is_read_every_step():
@@ -607,8 +668,8 @@ def test_callable_learning_rate_is_read_every_step():
 
 
 def test_pipelining_is_rejected_clearly():
-  table = embedding.TableConfig(8, 2, name='t')
-  features = {'f': embedding.FeatureConfig(table)}
-  for cls in (embedding.TPUEmbedding, embedding.TPUEmbeddingV2):
-    with pytest.raises(ValueError, match='pipeline_execution_with_tensor_core=True'):
-      cls(features, embedding.SGD(0.1), pipeline_execution_with_tensor_core=True)
+    table = embedding.TableConfig(8, 2, name="t")
+    features = {"f": embedding.FeatureConfig(table)}
+    for cls in (embedding.TPUEmbedding, embedding.TPUEmbeddingV2):
+        with pytest.raises(ValueError, match="pipeline_execution_with_tensor_core=True"):
+            cls(features, embedding.SGD(0.1), pipeline_execution_with_tensor_core=True)

@@ -4,29 +4,35 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from embedding import config
-from embedding import optimizers
-from embedding import preprocessing
+from embedding import config, optimizers, preprocessing
 from embedding.serving import TPUEmbeddingForServing
 from embedding.tpu_embedding import TPUEmbedding
 from embedding.tpu_embedding_v2 import TPUEmbeddingV2
-from tests.embedding.test_tpu_embedding import CASES
-from tests.embedding.test_tpu_embedding import NUM_STEPS
-from tests.embedding.test_tpu_embedding import assert_state_close
-from tests.embedding.test_tpu_embedding import distributed_iterator
-from tests.embedding.test_tpu_embedding import engine_state
-from tests.embedding.test_tpu_embedding import feature_config
-from tests.embedding.test_tpu_embedding import initial
-from tests.embedding.test_tpu_embedding import loss_fn
-from tests.embedding.test_tpu_embedding import mirrored
-from tests.embedding.test_tpu_embedding import reference_activations
-from tests.embedding.test_tpu_embedding import reference_training
-from tests.embedding.test_tpu_embedding import sample_slice
-from tests.embedding.test_tpu_embedding import seed_training_step
-from tests.embedding.test_tpu_embedding import with_weights
+from tests.embedding.test_tpu_embedding import (
+    CASES,
+    NUM_STEPS,
+    assert_state_close,
+    distributed_iterator,
+    engine_state,
+    feature_config,
+    initial,
+    loss_fn,
+    mirrored,
+    reference_activations,
+    reference_training,
+    sample_slice,
+    seed_training_step,
+    with_weights,
+)
 
-UPSTREAM_CSR_FIELDS = ("row_pointers", "sorted_sample_ids", "sorted_token_ids", "sorted_gains", "sample_count",
-                       "num_minibatches_per_physical_sparse_core")
+UPSTREAM_CSR_FIELDS = (
+    "row_pointers",
+    "sorted_sample_ids",
+    "sorted_token_ids",
+    "sorted_gains",
+    "sample_count",
+    "num_minibatches_per_physical_sparse_core",
+)
 
 
 def train_v2(strategy, embedding, num_steps=NUM_STEPS):
@@ -89,8 +95,9 @@ def test_preserved_outputs_are_the_csr_form_partitioned_mod():
     strategy = mirrored(2)
     table = config.TableConfig(10, 2, name="t", combiner="mean")
     with strategy.scope():
-        embedding = TPUEmbeddingV2({"a": config.FeatureConfig(table), "b": config.FeatureConfig(table)},
-                                   optimizers.SGD(0.1))
+        embedding = TPUEmbeddingV2(
+            {"a": config.FeatureConfig(table), "b": config.FeatureConfig(table)}, optimizers.SGD(0.1)
+        )
     features = {"a": tf.ragged.constant([[3, 3, 4], [1]]), "b": tf.constant([[4], [7]])}
     _, preserved = embedding(features)
     csr = preserved["t"]
@@ -140,10 +147,12 @@ def test_checkpoints_move_between_apis_and_replica_counts(tmp_path):
 
 
 def test_none_gradients_and_static_shape_dequeue():
-    table = config.TableConfig(10, 2, name="t", combiner="sum",
-                               initializer=tf.constant_initializer(np.arange(20.0).reshape(10, 2)))
-    embedding = TPUEmbeddingV2({"a": config.FeatureConfig(table), "b": config.FeatureConfig(table)},
-                               optimizers.SGD(1.0))
+    table = config.TableConfig(
+        10, 2, name="t", combiner="sum", initializer=tf.constant_initializer(np.arange(20.0).reshape(10, 2))
+    )
+    embedding = TPUEmbeddingV2(
+        {"a": config.FeatureConfig(table), "b": config.FeatureConfig(table)}, optimizers.SGD(1.0)
+    )
     enqueued = embedding.enqueue({"a": tf.constant([1, 2]), "b": tf.constant([2, 3])})
     acts, preserved = embedding.dequeue(dict(enqueued))  # Plain dict: shapes from the recorded static shapes.
     assert acts["a"].shape.as_list() == [2, 2]

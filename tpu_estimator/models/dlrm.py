@@ -22,59 +22,60 @@ from tpu_estimator import experimental as tex
 from tpu_estimator.data import criteo
 from tpu_estimator.models import common
 
-TABLE_PREFIX = 'emb_'
+TABLE_PREFIX = "emb_"
 
 
 def embedding_tables(config: config_file.Config) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-  """`(feature_to_config_dict, table_to_config_dict)`: table `emb_cat_i` for feature `cat_i`."""
-  features, tables = {}, {}
-  for name in criteo.CATEGORICAL_FEATURE_NAMES:
-    settings = config.table_settings(name)
-    tables[TABLE_PREFIX + name] = tex.TableConfig(settings['vocab_size'], settings['dim'],
-                                                  combiner=settings['combiner'])
-    features[name] = tex.FeatureConfig(TABLE_PREFIX + name)
-  return features, tables
+    """`(feature_to_config_dict, table_to_config_dict)`: table `emb_cat_i` for feature `cat_i`."""
+    features, tables = {}, {}
+    for name in criteo.CATEGORICAL_FEATURE_NAMES:
+        settings = config.table_settings(name)
+        tables[TABLE_PREFIX + name] = tex.TableConfig(
+            settings["vocab_size"], settings["dim"], combiner=settings["combiner"]
+        )
+        features[name] = tex.FeatureConfig(TABLE_PREFIX + name)
+    return features, tables
 
 
 def prepare_features(features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-  """The reader's features as the model takes them (unchanged for DLRM)."""
-  return features
+    """The reader's features as the model takes them (unchanged for DLRM)."""
+    return features
 
 
 def dot_interaction(vectors: tf.Tensor) -> tf.Tensor:
-  """Pairwise dot products of `n` vectors per example, the strict upper triangle in row-major order.
+    """Pairwise dot products of `n` vectors per example, the strict upper triangle in row-major order.
 
-  Args:
-    vectors: float `[B, n, d]`.
+    Args:
+      vectors: float `[B, n, d]`.
 
-  Returns:
-    float `[B, n * (n - 1) / 2]`: `vectors[:, i] . vectors[:, j]` for i < j.
-  """
-  n = int(vectors.shape[1])
-  gram = tf.matmul(vectors, vectors, transpose_b=True)  # [B, n, n]
-  rows, cols = np.triu_indices(n, k=1)
-  flat = tf.reshape(gram, [-1, n * n])
-  return tf.gather(flat, rows * n + cols, axis=1)
+    Returns:
+      float `[B, n * (n - 1) / 2]`: `vectors[:, i] . vectors[:, j]` for i < j.
+    """
+    n = int(vectors.shape[1])
+    gram = tf.matmul(vectors, vectors, transpose_b=True)  # [B, n, n]
+    rows, cols = np.triu_indices(n, k=1)
+    flat = tf.reshape(gram, [-1, n * n])
+    return tf.gather(flat, rows * n + cols, axis=1)
 
 
 def logits_fn(features: Dict[str, tf.Tensor], model: config_file.ModelConfig) -> tf.Tensor:
-  """DLRM logits `[B]` from `features['dense']` and the activations `features['cat_i']`."""
-  bottom = common.mlp(features[criteo.DENSE_FEATURE_NAME], model.bottom_mlp, 'bottom_mlp')
-  embeddings = [features[name] for name in criteo.CATEGORICAL_FEATURE_NAMES]
-  if model.interaction == 'dot':
-    interactions = dot_interaction(tf.stack([bottom] + embeddings, axis=1))
-    x = tf.concat([bottom, interactions], axis=1)
-  else:
-    x = tf.concat([bottom] + embeddings, axis=1)
-  x = common.mlp(x, model.top_mlp, 'top_mlp')
-  return tf.squeeze(common.dense(x, 1, 'logit'), axis=1)
+    """DLRM logits `[B]` from `features['dense']` and the activations `features['cat_i']`."""
+    bottom = common.mlp(features[criteo.DENSE_FEATURE_NAME], model.bottom_mlp, "bottom_mlp")
+    embeddings = [features[name] for name in criteo.CATEGORICAL_FEATURE_NAMES]
+    if model.interaction == "dot":
+        interactions = dot_interaction(tf.stack([bottom] + embeddings, axis=1))
+        x = tf.concat([bottom, interactions], axis=1)
+    else:
+        x = tf.concat([bottom] + embeddings, axis=1)
+    x = common.mlp(x, model.top_mlp, "top_mlp")
+    return tf.squeeze(common.dense(x, 1, "logit"), axis=1)
 
 
 def make_model_fn(config: config_file.Config) -> Callable[..., Any]:
-  """A `model_fn(features, labels, mode, params)` for `tpu_estimator.TPUEstimator`."""
+    """A `model_fn(features, labels, mode, params)` for `tpu_estimator.TPUEstimator`."""
 
-  def model_fn(features, labels, mode, params):
-    logits = logits_fn(features, config.model)
-    return common.binary_head(mode, logits, labels, params, config.optimizer.dense)
+    def model_fn(features, labels, mode, params):
+        logits = logits_fn(features, config.model)
+        return common.binary_head(mode, logits, labels, params, config.optimizer.dense)
 
-  return model_fn
+    return model_fn
