@@ -1,4 +1,4 @@
-"""Benchmarks ours vs upstream TPUEstimator on synthetic embedding workloads (see tpu_estimator/benchmark.py).
+"""Benchmarks ours vs upstream TPUEstimator on synthetic embedding workloads (see tpu_estimator/app/benchmark.py).
 
 python scripts/benchmark.py --workload=all --runs=3 --output_json=/tmp/bench.json
 python scripts/benchmark.py --config=configs/bench/A_dlrm.yaml --runs=3 --steps=200
@@ -13,7 +13,7 @@ from absl import (
     flags,
 )
 
-from tpu_estimator import benchmark
+from tpu_estimator.app import benchmark
 
 flags.DEFINE_string("config", None, "One workload YAML (configs/bench/<workload>.yaml); overrides --workload.")
 flags.DEFINE_string("workload", "all", "A, B, C, D, M or all (configs/bench/<letter>_*.yaml).")

@@ -29,10 +29,10 @@ from tpu_estimator import (
     config_file,
     models,
 )
-from tpu_estimator.data import criteo
-from tpu_estimator.models import inputs
+from tpu_estimator.app.data import criteo
+from tpu_estimator.app.models import inputs
 
-CONFIG = os.path.join(REPO, "configs", "dlrm_demo.yaml")
+CONFIG = os.path.join(REPO, "tpu_estimator", "app", "configs", "dlrm_demo.yaml")
 NUM_TRAIN_FILES = 4
 # Training examples written to TSV (2000 steps of 512 read them 2.6 times).
 NUM_TRAIN_EXAMPLES = 393216

@@ -3,7 +3,7 @@
 import json
 import os
 
-from tpu_estimator import benchmark
+from tpu_estimator.app import benchmark
 
 CONFIG = os.path.join(benchmark.DEFAULT_CONFIG_DIR, "tiny.yaml")
 

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from absl import flags
 
-from tpu_estimator import cli, cli_progress
-from tpu_estimator.data import convert, criteo, synthetic
+from tpu_estimator.app import cli
+from tpu_estimator.app import progress as cli_progress
+from tpu_estimator.app.data import convert, criteo, synthetic
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = os.path.join(REPO, "configs", "dlrm_tiny.yaml")

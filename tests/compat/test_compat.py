@@ -10,9 +10,9 @@ import tensorflow as tf
 
 import embedding
 import tpu_estimator as te
-from tpu_estimator import cluster_resolver as cluster_resolver_lib
 from tpu_estimator import compat
-from tpu_estimator import run as run_lib
+from tpu_estimator.compat import cluster_resolver as cluster_resolver_lib
+from tpu_estimator.compat import launcher as run_lib
 from tpu_estimator.compat import namespaces
 
 UPSTREAM_BFLOAT16_SCOPE = tf.compat.v1.tpu.bfloat16_scope

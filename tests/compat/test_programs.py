@@ -32,12 +32,12 @@ def _runs(root):
         return os.path.join(root, name, *parts)
 
     return {
-        # `python -m tpu_estimator.run` form.
+        # `python -m tpu_estimator.compat.launcher` form.
         "mnist": (
             [
                 sys.executable,
                 "-m",
-                "tpu_estimator.run",
+                "tpu_estimator.compat.launcher",
                 _program("mnist_tpu.py"),
                 "--tpu=grpc://10.0.0.2:8470",
                 "--model_dir=" + out("mnist", "model"),

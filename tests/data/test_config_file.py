@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tpu_estimator import config_file as cf
+from tpu_estimator.app import config_file as cf
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs")
 

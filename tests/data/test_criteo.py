@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from tpu_estimator.data import convert, criteo, synthetic
+from tpu_estimator.app.data import convert, criteo, synthetic
 
 SMALL = tuple(criteo.criteo_cardinalities(max_vocab=1000))
 

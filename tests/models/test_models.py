@@ -5,10 +5,10 @@ import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
-from tpu_estimator import config_file, models
 from tpu_estimator import experimental as tex
-from tpu_estimator.data import convert, criteo
-from tpu_estimator.models import common, dlrm, inputs, metrics, wide_deep
+from tpu_estimator.app import config_file, models
+from tpu_estimator.app.data import convert, criteo
+from tpu_estimator.app.models import common, dlrm, inputs, metrics, wide_deep
 
 B = 4
 CATS = criteo.CATEGORICAL_FEATURE_NAMES

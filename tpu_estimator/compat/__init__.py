@@ -21,7 +21,7 @@
 
 Names bound before `install()` (`from tensorflow.compat.v1.estimator.tpu import TPUEstimator` executed
 earlier) keep TensorFlow's objects: install first, then import the program (the launcher
-`tpu_estimator.run` does this). `uninstall()` puts every replaced object back and removes what was added.
+`tpu_estimator.compat.launcher` does this). `uninstall()` puts every replaced object back and removes what was added.
 """
 
 import sys

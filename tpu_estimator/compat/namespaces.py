@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict
 import tensorflow as tf
 
 import tpu_estimator
-from tpu_estimator import cluster_resolver as cluster_resolver_lib
+from tpu_estimator.compat import cluster_resolver as cluster_resolver_lib
 from tpu_estimator.compat import tpu_ops
 
 ESTIMATOR_NAMES = ("TPUEstimator", "TPUEstimatorSpec", "RunConfig", "TPUConfig", "InputPipelineConfig")

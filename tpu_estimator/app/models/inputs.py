@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import config_file
-from tpu_estimator.data import criteo, synthetic
+from tpu_estimator.app import config_file
+from tpu_estimator.app.data import criteo, synthetic
 
 ModeKeys = tf.estimator.ModeKeys
 # First synthetic evaluation example when training streams endlessly (far beyond any training run).
@@ -224,7 +224,7 @@ def eval_steps(config: config_file.Config) -> int:
 def serving_input_receiver_fn(transform: Optional[FeatureTransform] = None) -> Callable[[], Any]:
     """The serving input: `dense` float32 `[B, 13]` (log-transformed) and `cat_0..cat_25` int64 `[B]` ids.
 
-    The inputs are what the readers produce (`tpu_estimator.data.criteo`): hashing and `log1p` happen before.
+    The inputs are what the readers produce (`tpu_estimator.app.data.criteo`): hashing and `log1p` happen before.
     """
 
     def receiver_fn():

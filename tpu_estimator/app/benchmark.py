@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 
 WORKLOADS = ("A", "B", "C", "D", "M")
-DEFAULT_CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "bench")
+DEFAULT_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "bench")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -412,7 +412,7 @@ def run_line_in_subprocess(w: Workload, line: str, rows: int, ipl: int, timeout:
         }
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        cmd = [sys.executable, "-m", "tpu_estimator.benchmark", json.dumps(request)]
+        cmd = [sys.executable, "-m", "tpu_estimator.app.benchmark", json.dumps(request)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
         if proc.returncode != 0 or not os.path.exists(request["output"]):
             tail = (proc.stderr or "").strip().splitlines()[-15:]

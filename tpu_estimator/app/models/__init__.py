@@ -12,11 +12,11 @@ import types
 from typing import Any, Callable, Optional
 
 import tpu_estimator as te
-from tpu_estimator import config_file
 from tpu_estimator import experimental as tex
-from tpu_estimator.models import common, dlrm, inputs, metrics, wide_deep
-from tpu_estimator.models.inputs import eval_steps
-from tpu_estimator.models.metrics import metric_fn
+from tpu_estimator.app import config_file
+from tpu_estimator.app.models import common, dlrm, inputs, metrics, wide_deep
+from tpu_estimator.app.models.inputs import eval_steps
+from tpu_estimator.app.models.metrics import metric_fn
 
 MODELS = {"dlrm": dlrm, "wide_deep": wide_deep}
 

@@ -8,9 +8,9 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tpu_estimator import config_file, models
-from tpu_estimator.data import criteo
-from tpu_estimator.models import inputs
+from tpu_estimator.app import config_file, models
+from tpu_estimator.app.data import criteo
+from tpu_estimator.app.models import inputs
 
 CONFIG_ASSET = "tpu_estimator_config.yaml"
 

@@ -24,7 +24,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from tpu_estimator.data import criteo
+from tpu_estimator.app.data import criteo
 
 BLOCK_SIZE = 1024
 

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
 
-from tpu_estimator.data import criteo as _criteo
+from tpu_estimator.app.data import criteo as _criteo
 
 DENSE_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl")
 
@@ -67,7 +67,7 @@ DENSE_OPTIMIZER_ARGS: Dict[str, Dict[str, type]] = {
 }
 
 Scalar = Union[bool, int, float, str]
-InputPipeline = Union[bool, Literal["PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2", "BROADCAST"]]
+InputModeName = Union[bool, Literal["PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2", "BROADCAST"]]
 
 
 @dataclasses.dataclass
@@ -93,7 +93,7 @@ class ModelConfig:
 
 @dataclasses.dataclass
 class DataConfig:
-    """Where examples come from (see `tpu_estimator.data`).
+    """Where examples come from (see `tpu_estimator.app.data`).
 
     Attributes:
       source: 'synthetic' (generated), 'tsv' (Criteo text files) or 'tfrecord' (`tf.train.Example` files).
@@ -230,7 +230,7 @@ class EvalConfig:
 
 
 @dataclasses.dataclass
-class TPUConfig:
+class ShardingSection:
     """Shards and loops (`tpu_config.TPUConfig`).
 
     Attributes:
@@ -242,7 +242,7 @@ class TPUConfig:
 
     num_shards: int = 1
     iterations_per_loop: int = 100
-    per_host_input_for_training: InputPipeline = "PER_HOST_V2"
+    per_host_input_for_training: InputModeName = "PER_HOST_V2"
     partition_strategy: Literal["div", "mod"] = "div"
 
 
@@ -269,7 +269,7 @@ class Config:
     embedding: EmbeddingConfig = dataclasses.field(default_factory=EmbeddingConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-    tpu: TPUConfig = dataclasses.field(default_factory=TPUConfig)
+    tpu: ShardingSection = dataclasses.field(default_factory=ShardingSection)
     model_dir: Optional[str] = None
     export: ExportConfig = dataclasses.field(default_factory=ExportConfig)
 

@@ -5,9 +5,9 @@ from typing import Any, Dict, Optional, Sequence
 import tensorflow as tf
 
 import tpu_estimator as te
-from tpu_estimator import config_file
 from tpu_estimator import experimental as tex
-from tpu_estimator.models import metrics as metrics_lib
+from tpu_estimator.app import config_file
+from tpu_estimator.app.models import metrics as metrics_lib
 
 ModeKeys = tf.estimator.ModeKeys
 PREDICTION_KEYS = ("probability", "logit")

@@ -17,10 +17,10 @@ from typing import Any, Callable, Dict, Tuple
 import numpy as np
 import tensorflow as tf
 
-from tpu_estimator import config_file
 from tpu_estimator import experimental as tex
-from tpu_estimator.data import criteo
-from tpu_estimator.models import common
+from tpu_estimator.app import config_file
+from tpu_estimator.app.data import criteo
+from tpu_estimator.app.models import common
 
 TABLE_PREFIX = "emb_"
 

@@ -14,10 +14,10 @@ from typing import Any, Callable, Dict, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import config_file
 from tpu_estimator import experimental as tex
-from tpu_estimator.data import criteo
-from tpu_estimator.models import common
+from tpu_estimator.app import config_file
+from tpu_estimator.app.data import criteo
+from tpu_estimator.app.models import common
 
 WIDE_PREFIX = "wide_"
 DEEP_PREFIX = "deep_"

@@ -1,11 +1,11 @@
 """Built-in data: Criteo click logs (TSV and TFRecord readers) and a synthetic Criteo-like generator.
 
 Modules: `criteo` (schema, feature transform, readers), `synthetic` (generator), `convert` (TSV -> TFRecord,
-also `python -m tpu_estimator.data.convert`).
+also `python -m tpu_estimator.app.data.convert`).
 """
 
-from tpu_estimator.data.convert import convert_tsv_to_tfrecord
-from tpu_estimator.data.criteo import (
+from tpu_estimator.app.data.convert import convert_tsv_to_tfrecord
+from tpu_estimator.app.data.criteo import (
     CATEGORICAL_FEATURE_NAMES,
     CRITEO_KAGGLE_CARDINALITIES,
     DENSE_FEATURE_NAME,
@@ -20,4 +20,4 @@ from tpu_estimator.data.criteo import (
     criteo_tsv_dataset,
     missing_categorical_id,
 )
-from tpu_estimator.data.synthetic import RawBatch, SyntheticCriteo, SyntheticCriteoSpec, synthetic_criteo_dataset
+from tpu_estimator.app.data.synthetic import RawBatch, SyntheticCriteo, SyntheticCriteoSpec, synthetic_criteo_dataset

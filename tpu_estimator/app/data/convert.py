@@ -1,6 +1,6 @@
 """Converts Criteo TSV files to TFRecord files of `tf.train.Example` (keys in `criteo`'s docstring).
 
-python -m tpu_estimator.data.convert --input='day_*.tsv' --output=/data/criteo.tfrecord [--num_output_files=8]
+python -m tpu_estimator.app.data.convert --input='day_*.tsv' --output=/data/criteo.tfrecord [--num_output_files=8]
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import List, Optional
 import tensorflow as tf
 from absl import app, flags, logging
 
-from tpu_estimator.data import criteo
+from tpu_estimator.app.data import criteo
 
 
 def output_paths(output: str, num_output_files: int) -> List[str]:
@@ -84,7 +84,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
-    """Defines the command-line flags of `python -m tpu_estimator.data.convert` on `flag_values`."""
+    """Defines the command-line flags of `python -m tpu_estimator.app.data.convert` on `flag_values`."""
     flags.DEFINE_list("input", None, "Criteo TSV file(s) or glob pattern(s), comma-separated.", flag_values=flag_values)
     flags.DEFINE_string(
         "output", None, "Output TFRecord path (prefix when --num_output_files > 1).", flag_values=flag_values

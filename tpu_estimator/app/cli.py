@@ -48,7 +48,9 @@ import tensorflow as tf
 from absl import app, flags
 from absl import logging as absl_logging
 
-from tpu_estimator import cli_predict, cli_progress, config_file, models
+from tpu_estimator.app import config_file, models
+from tpu_estimator.app import predict as cli_predict
+from tpu_estimator.app import progress as cli_progress
 
 FLAGS = flags.FLAGS
 PROG = "tpu-estimator"

@@ -18,7 +18,7 @@ Every reader here yields `(features, label)` batches with
 
 TFRecord files hold one `tf.train.Example` per line of the TSV format, with the raw (untransformed) values:
 `label` (int64, one value), `I1`..`I13` (int64, one value, the key absent when missing) and `C1`..`C26` (bytes,
-one value, the key absent when missing). `tpu_estimator.data.convert` writes them from TSV files.
+one value, the key absent when missing). `tpu_estimator.app.data.convert` writes them from TSV files.
 
 Malformed TSV lines (wrong field count, a label other than 0/1, a dense value that is not a decimal integer of
 at most 18 digits) stop iteration with `tf.errors.InvalidArgumentError` whose message names the file and the

@@ -3,7 +3,7 @@
 Usage:
   tpu-estimator-run [--num_shards=N] [--traceback] script.py [program args...]
   tpu-estimator-run [--num_shards=N] [--traceback] -m package.module [program args...]
-  python -m tpu_estimator.run ...            (same)
+  python -m tpu_estimator.compat.launcher ...            (same)
 
 The program runs as `python script.py args...` would (`__name__ == '__main__'`, `sys.argv` = the script and its
 arguments, so absl flags and `tf.compat.v1.app.run()` parse them; the script's directory first on `sys.path`),
