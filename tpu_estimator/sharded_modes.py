@@ -133,7 +133,7 @@ class ShardedModeBuilder(object):
         return params
 
     def _build_replicas(self, per_replica_inputs: List[Any], mode: str) -> List[Any]:
-        from tpu_estimator.estimator import call_user_model_fn
+        from tpu_estimator.tpu_estimator import call_user_model_fn
 
         def replica_fn(replica_id: int):
             features, labels = per_replica_inputs[replica_id]

@@ -275,7 +275,7 @@ def test_launcher_runs_script_as_main(tmp_path, launcher_state, capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "argv ['--flag=1', 'pos'] path0 {}".format(tmp_path) in out
-    assert "estimator tpu_estimator.estimator" in out and "shards 3" in out
+    assert "estimator tpu_estimator.tpu_estimator" in out and "shards 3" in out
     with pytest.raises(SystemExit) as exit_info:
         run_lib.main([str(script), "--fail"])
     assert exit_info.value.code == 3

@@ -132,7 +132,7 @@ def _event_steps(model_dir):
 
 def test_mnist_classifier(results):
     out, _ = _succeeded(results, "mnist")
-    assert out["estimator_class"] == "tpu_estimator.estimator.TPUEstimator"
+    assert out["estimator_class"] == "tpu_estimator.tpu_estimator.TPUEstimator"
     _assert_finite_metrics(out["metrics"], {"accuracy", "loss", "global_step"})
     assert out["metrics"]["global_step"] == 6
     assert 0.0 <= out["metrics"]["accuracy"] <= 1.0
