@@ -23,12 +23,9 @@ import tensorflow as tf
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a fresh clone even before `pip install -e .`
 
-from tpu_estimator import (
-    cli_predict,
-    cli_progress,
-    config_file,
-    models,
-)
+from tpu_estimator.app import config_file, models
+from tpu_estimator.app import predict as cli_predict
+from tpu_estimator.app import progress as cli_progress
 from tpu_estimator.app.data import criteo
 from tpu_estimator.app.models import inputs
 
