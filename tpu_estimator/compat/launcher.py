@@ -35,7 +35,7 @@ from typing import List, Optional, Sequence, Tuple
 NUM_SHARDS_ENV = "TPU_ESTIMATOR_NUM_SHARDS"
 TRACEBACK_ENV = "TPU_ESTIMATOR_TRACEBACK"
 _PROG = "tpu-estimator-run"
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tpu_estimator/
 _CONFIG_ERRORS = (ValueError, TypeError, NotImplementedError)
 
 
