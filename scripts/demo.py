@@ -178,7 +178,7 @@ def main() -> int:
         say(
             f"\n[1/5] data: {config.data.num_examples:,} training examples in {len(train_paths)} TSV files, "
             f"{config.data.eval_num_examples:,} held-out examples ({time.time() - t:.1f}s): "
-            f"{os.path.join(work_dir, 'train')}*, {eval_path}"
+            f"{os.path.join(work_dir, 'train')}/, {eval_path}"
         )
         config = config_file.apply_overrides(
             config,
