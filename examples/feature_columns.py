@@ -16,6 +16,7 @@ from tpu_estimator import experimental as tex
 STEPS = int(os.environ.get("EXAMPLE_STEPS", "200"))
 MODEL_DIR = os.environ.get("EXAMPLE_MODEL_DIR") or tempfile.mkdtemp(prefix="feature_columns_")
 NUM_USERS, NUM_ITEMS = 100, 20
+tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)  # TensorFlow's deprecation and per-step INFO lines
 
 
 def make_data(num_rows, seed):
