@@ -217,11 +217,26 @@ def check_tpu_estimator(words: List[str]) -> None:
         assert len(positional) == 1, f"{words}: one subcommand, then flags"
     else:
         assert flag_names(words) == ["help"], f"{words}: give a subcommand"
+        run_cli_help(subcommands)
     for name in flag_names(words):
         assert name in names, f"--{name}: not a flag of tpu-estimator"
     for word in words:
         if word.startswith("--config="):
             check_config_value(word.split("=", 1)[1])
+
+
+def run_cli_help(subcommands: set) -> None:
+    """`tpu-estimator --help`, run: it prints the usage, naming every subcommand (absl's --help exits 1)."""
+    result = subprocess.run(
+        [sys.executable, "-c", "from tpu_estimator.app.cli import main; main()", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=subprocess_env(Path("/nonexistent")),
+    )
+    assert result.returncode in (0, 1) and "Usage" in result.stdout, result.stderr[-3000:]
+    missing = [s for s in subcommands if s not in result.stdout]
+    assert not missing, f"tpu-estimator --help does not name {missing}:\n{result.stdout}"
 
 
 def check_config_value(value: str) -> None:
