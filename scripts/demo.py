@@ -78,7 +78,7 @@ class Console:
         self._thread.join()
 
     def _beat(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(min(0.5, self._heartbeat_secs / 2)):
             with self._lock:
                 now = time.time()
                 if self._phase and now - self._last_print >= self._heartbeat_secs:

@@ -62,7 +62,7 @@ def test_console_repeats_the_current_phase_while_nothing_else_is_printed(demo):
     with redirect_stdout(out):
         console = demo.Console(heartbeat_secs=0.2)
         console.phase("building the graph")
-        time.sleep(1.0)
+        time.sleep(1.5)
         console.phase(None)
         time.sleep(0.6)
         console.close()
