@@ -14,8 +14,10 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# make demo [DEMO_DIR=dir] [DEMO_ARGS='--num_examples=N --set=key.path=value']: outputs kept in DEMO_DIR.
+DEMO_DIR ?= demo_output
 demo: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) scripts/demo.py
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) scripts/demo.py --work_dir=$(DEMO_DIR) $(DEMO_ARGS)
 
 test: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest tests

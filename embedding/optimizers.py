@@ -24,7 +24,7 @@ gradient already summed over every occurrence of each id):
    read the decayed weights. Only FTRL's rule reads the weights, so for every other optimizer this equals
    `w_new = rule(w) - decay * w`. (Upstream's SGD docstring says "multiplying the weight by this factor"; the
    proto and the weight-decay optimizers subtract `factor * w`, which is what we do.)
-3. the optimizer's update rule (SEMANTICS.md section 9);
+3. the optimizer's update rule (docs/SEMANTICS.md section 9);
 4. weight clipping to `[clip_weight_min, clip_weight_max]`.
 
 `use_gradient_accumulation=False` is accepted (and its argument checks are kept) but the engine always

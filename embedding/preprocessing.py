@@ -12,7 +12,7 @@ Every step, the id features of a batch are turned into one `TableBatch` per tabl
   of upstream does. Sequence features are not combined: their output row is
   `batch_index * max_sequence_length + position` and the gain is the weight.
 
-Input rules follow upstream's `TPUEmbedding.enqueue` (see SEMANTICS.md 10):
+Input rules follow upstream's `TPUEmbedding.enqueue` (see docs/SEMANTICS.md 10):
 
 * dense `tf.Tensor` ids: rank >= 1; rank >= 2 must end in 1; no weights. Output shape = input shape minus the
   last dim (rank 1: the input shape). Extension: a sequence feature accepts dense `[B, L']` ids (every position
@@ -166,7 +166,7 @@ class TableBatch:
 class PartitionedCsrFormatTensor(NamedTuple):
     """CSR form of one table's batch, field names as upstream `tpu_embedding_v3.PartitionedCsrFormatTensor`.
 
-    TF 2.15 has no `tpu_embedding_v3`; the fields are defined here per SEMANTICS.md 11 (one CPU/GPU "sparse core"
+    TF 2.15 has no `tpu_embedding_v3`; the fields are defined here per docs/SEMANTICS.md 11 (one CPU/GPU "sparse core"
     per shard, no minibatching):
 
     Attributes:

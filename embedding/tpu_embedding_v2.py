@@ -10,7 +10,7 @@
       embedding.apply_gradients(tape.gradient(loss, activations), preserved)
 
 - Tables are sharded 'mod' (`id % num_shards`) over the strategy's replica devices.
-- `enqueue` preprocesses one replica's batch into, per table, the CSR form of SEMANTICS.md 11
+- `enqueue` preprocesses one replica's batch into, per table, the CSR form of docs/SEMANTICS.md 11
   (`preprocessing.PartitionedCsrFormatTensor`: ids sorted, (sample, id) duplicates merged, combiner scale folded
   into the gains, partitioned by shard). `dequeue` computes the activations FROM that form, and returns it as the
   preserved outputs; `apply_gradients` computes the table gradients from it again.

@@ -89,7 +89,7 @@ class ShardingContext(object):
 
     @property
     def batch_size_for_input_fn(self) -> Optional[int]:
-        """`params['batch_size']` given to `input_fn` (SEMANTICS.md 2)."""
+        """`params['batch_size']` given to `input_fn` (docs/SEMANTICS.md 2)."""
         global_batch = self.global_batch_size
         if global_batch is None or not self.is_running_on_shards:
             return global_batch
@@ -102,7 +102,7 @@ class ShardingContext(object):
 
     @property
     def batch_size_for_model_fn(self) -> Optional[int]:
-        """`params['batch_size']` given to `model_fn` (SEMANTICS.md 2)."""
+        """`params['batch_size']` given to `model_fn` (docs/SEMANTICS.md 2)."""
         global_batch = self.global_batch_size
         if global_batch is None or not self.is_running_on_shards:
             return global_batch

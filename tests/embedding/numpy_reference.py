@@ -1,4 +1,4 @@
-"""NumPy reference models of the TPU embedding optimizers, written from SEMANTICS.md section 9.
+"""NumPy reference models of the TPU embedding optimizers, written from docs/SEMANTICS.md section 9.
 
 Independent of `embedding/`: hyper-parameters come in as plain keyword arguments, state is a dict of float64
 arrays. One call = one step on rows whose gradient is already summed over every occurrence of each id.
@@ -144,7 +144,7 @@ def lazy_table_step(
 
 
 def combiner_scale(weights, combiner: str) -> float:
-    """The factor a combiner applies to sum(w * row) over one output row (SEMANTICS.md 9)."""
+    """The factor a combiner applies to sum(w * row) over one output row (docs/SEMANTICS.md 9)."""
     w = np.asarray(weights, np.float64)
     if combiner == "sum":
         return 1.0

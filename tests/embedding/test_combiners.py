@@ -28,7 +28,7 @@ WEIGHTS = [[0.5, 2.0, 1.5], [], [3.0], [1.0, 0.25, 2.0, 4.0]]
 
 
 def np_combine(ids, weights, combiner, table=TABLE):
-    """Combiner formulas of SEMANTICS.md 9, row by row."""
+    """Combiner formulas of docs/SEMANTICS.md 9, row by row."""
     out = np.zeros((len(ids), table.shape[1]), np.float64)
     for r, (row_ids, row_w) in enumerate(zip(ids, weights)):
         if not row_ids:

@@ -1,6 +1,6 @@
 """EmbeddingEngine: multi-step training against a NumPy model of TPU embedding semantics.
 
-The reference (written from SEMANTICS.md 9, independent of `embedding/`): activations are the combiner
+The reference (written from docs/SEMANTICS.md 9, independent of `embedding/`): activations are the combiner
 (sum / mean / sqrtn) of the weighted rows of each sample; the loss is `sum(T * a) + 0.5 * sum(a^2)` per feature,
 so dL/da = T + a; every occurrence of an id (any sample, any feature sharing the table) contributes
 `w * scale * dL/da[sample]`; contributions are summed per unique id and the optimizer rule is applied ONCE per

@@ -1,4 +1,4 @@
-"""Embedding optimizers against the NumPy reference (SEMANTICS.md 9), TF kernels and upstream's checks."""
+"""Embedding optimizers against the NumPy reference (docs/SEMANTICS.md 9), TF kernels and upstream's checks."""
 
 import numpy as np
 import pytest

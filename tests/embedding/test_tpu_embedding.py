@@ -2,7 +2,7 @@
 
 The model: features `user` (ragged, weighted, table A), `item` (sparse, table A) and `cat` (dense `[B, 1]`, table
 B, sum). Loss per feature `sum(T * a) + 0.5 * sum(a^2)`, so `dL/da = T + a`. The NumPy reference (written from
-SEMANTICS.md 9-10, independent of `embedding/`) computes the activations of the GLOBAL batch with the parameters
+docs/SEMANTICS.md 9-10, independent of `embedding/`) computes the activations of the GLOBAL batch with the parameters
 before the step, sums every occurrence's gradient per unique id over all samples, replicas and features sharing a
 table, and applies the rule once per id (`numpy_reference.lazy_table_step`).
 

@@ -1,4 +1,4 @@
-"""EmbeddingConfigSpec in TPUEstimator (SEMANTICS.md 8-9): tables trained by the engine, checked against NumPy."""
+"""EmbeddingConfigSpec in TPUEstimator (docs/SEMANTICS.md 8-9): tables trained by the engine, checked against NumPy."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Validation errors with upstream's texts, and input errors that surface promptly (SEMANTICS.md 2-4)."""
+"""Validation errors with upstream's texts, and input errors that surface promptly (docs/SEMANTICS.md 2-4)."""
 
 import time
 

@@ -1,4 +1,4 @@
-"""host_call, eval_metrics over all shards, scaffold_fn and hooks (SEMANTICS.md 5)."""
+"""host_call, eval_metrics over all shards, scaffold_fn and hooks (docs/SEMANTICS.md 5)."""
 
 import glob
 import os

@@ -1,4 +1,4 @@
-"""What input_fn and model_fn get in each input mode (SEMANTICS.md 2), and how often input_fn is called."""
+"""What input_fn and model_fn get in each input mode (docs/SEMANTICS.md 2), and how often input_fn is called."""
 
 import numpy as np
 import pytest

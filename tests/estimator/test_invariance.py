@@ -1,4 +1,4 @@
-"""Shard and loop invariance of training (DESIGN.md principle 2), and checkpoints at loop boundaries."""
+"""Shard and loop invariance of training (the same parameters on any shard count and loop length), checkpoints."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Predict with padding on shards, and export_saved_model served by plain TensorFlow (SEMANTICS.md 6-7)."""
+"""Predict with padding on shards, and export_saved_model served by plain TensorFlow (docs/SEMANTICS.md 6-7)."""
 
 import json
 import os
