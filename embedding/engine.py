@@ -246,8 +246,8 @@ class EmbeddingEngine(tf.Module):
             if multiplier is not None:
                 grads = collections.OrderedDict((n, g * multiplier) for n, g in grads.items())
             unique_ids = collections.OrderedDict((n, self._batch(batches, n).unique_ids) for n in self._tables)
-            with tf.control_dependencies(checks if not tf.executing_eagerly() else None):
-                return self.apply_table_gradients(unique_ids, grads, learning_rate_override, check_numerics=False)
+            self._require_optimizers()
+            return self._apply(unique_ids, grads, learning_rate_override, checks, sorted_ids=True)
 
     def _check_activation_gradients(
         self, batches: Mapping[str, Any], activation_grads: Any, multiplier: Optional[tf.Tensor]
@@ -296,25 +296,36 @@ class EmbeddingEngine(tf.Module):
         Raises:
           ValueError: a table has no optimizer (naming it).
         """
-        missing = [name for name, t in self._tables.items() if t.optimizer is None]
-        if missing:
-            raise ValueError(
-                f"Cannot train embedding tables {missing}: they have no optimizer. Give the "
-                f"TableConfig an optimizer or pass a global optimizer."
-            )
-        # Every table update waits for every check (id validation travels with unique_ids), so a bad
-        # input for one table leaves all tables unchanged.
-        gates: List[Any] = [unique_ids[n] for n in self._tables]
+        self._require_optimizers()
+        checks = []
         if check_numerics:
             for name in self._tables:
                 features = ", ".join(repr(k) for k in self._features_of_table[name])
-                gates.append(
+                checks.append(
                     check_finite(grads[name], f"Non-finite embedding gradient for table '{name}' (features {features})")
                 )
-        gates.extend(grads[n] for n in self._tables)
+        return self._apply(unique_ids, grads, learning_rate_override, checks, sorted_ids=sorted_ids)
+
+    def _apply(
+        self,
+        unique_ids: Mapping[str, Any],
+        grads: Mapping[str, Any],
+        learning_rate_override: Any,
+        checks: Sequence[tf.Tensor],
+        sorted_ids: bool,
+    ) -> Optional[tf.Operation]:
+        """One optimizer application per table, every one of them after ALL `checks` and inputs of all tables."""
+        # Every table update waits for every check (id validation travels with unique_ids), so a bad input for
+        # one table leaves all tables unchanged. The waits meet in ONE gate op: each op of the updates then has
+        # a single control input, so the graph grows linearly with the number of tables (a control dependency
+        # on the checks themselves would give every op one input per table).
+        gate = None
+        if not tf.executing_eagerly():
+            inputs = [unique_ids[n] for n in self._tables] + list(checks) + [grads[n] for n in self._tables]
+            gate = tf.group(*inputs, name="all_tables_checked")
         ops = []
         learning_rates: Dict[int, Any] = {}  # A callable learning rate is evaluated once per optimizer.
-        with tf.control_dependencies(gates if not tf.executing_eagerly() else None):
+        with tf.control_dependencies([gate] if gate is not None else None):
             for name, table in self._tables.items():
                 lr = learning_rate_override
                 if lr is None:
@@ -328,6 +339,14 @@ class EmbeddingEngine(tf.Module):
         return tf.group(*[op for op in ops if op is not None])
 
     # ------------------------------------------------------------------------------------------- helpers
+    def _require_optimizers(self) -> None:
+        missing = [name for name, t in self._tables.items() if t.optimizer is None]
+        if missing:
+            raise ValueError(
+                f"Cannot train embedding tables {missing}: they have no optimizer. Give the "
+                f"TableConfig an optimizer or pass a global optimizer."
+            )
+
     def _batch(self, batches: Mapping[str, Any], name: str) -> Any:
         try:
             return batches[name]
