@@ -90,7 +90,7 @@ class EmbeddingEngine(tf.Module):
         # Plain attribute (no tf.Module wrapping of dicts/lists: the nest must stay as given).
         object.__setattr__(self, "_feature_config", structure)
         table_configs = config_lib.resolve_tables(resolved, optimizer)
-        self._feature_keys = [key for key, _ in preprocessing.feature_paths(structure)]
+        self._feature_keys = [key for key, _ in config_lib.feature_paths(structure)]
         checkpoint_names = dict(checkpoint_names or {})
         slot_checkpoint_names = dict(slot_checkpoint_names or {})
         self._table_configs = collections.OrderedDict((t.name, t) for t in table_configs)
@@ -108,9 +108,7 @@ class EmbeddingEngine(tf.Module):
                 register_in_graph=register_in_graph,
             )
         self._tables = tables
-        self._features_of_table = collections.OrderedDict((n, []) for n in tables)
-        for key, feature in preprocessing.feature_paths(structure):
-            self._features_of_table[feature.table.name].append(key)
+        self._features_of_table = config_lib.features_by_table(structure)
         seen = {}
         for name, table in tables.items():
             for key in table.logical_tensors():
@@ -136,8 +134,13 @@ class EmbeddingEngine(tf.Module):
 
     @property
     def feature_keys(self) -> List[str]:
-        """Feature keys (as `preprocessing.feature_paths`) in `tf.nest.flatten` order."""
+        """Feature keys (as `config.feature_paths`) in `tf.nest.flatten` order."""
         return list(self._feature_keys)
+
+    @property
+    def features_by_table(self) -> "collections.OrderedDict[str, List[str]]":
+        """`{table_name: [feature keys]}` in table order, the keys in `tf.nest.flatten` order."""
+        return collections.OrderedDict((name, list(keys)) for name, keys in self._features_of_table.items())
 
     @property
     def initializer(self) -> Optional[tf.Operation]:
