@@ -4,7 +4,7 @@ The reference (written from SEMANTICS.md 9, independent of `embedding/`): activa
 (sum / mean / sqrtn) of the weighted rows of each sample; the loss is `sum(T * a) + 0.5 * sum(a^2)` per feature,
 so dL/da = T + a; every occurrence of an id (any sample, any feature sharing the table) contributes
 `w * scale * dL/da[sample]`; contributions are summed per unique id and the optimizer rule is applied ONCE per
-unique id and step (`numpy_reference.lazy_table_step`).
+unique id and step (`tests.oracles.tables`).
 """
 
 import numpy as np
@@ -13,8 +13,9 @@ import tensorflow as tf
 
 from embedding import config, optimizers
 from embedding.engine import EmbeddingEngine
-from tests.devices import logical_cpus
-from tests.embedding import numpy_reference as ref
+from tests.helpers.devices import logical_cpus
+from tests.helpers.tables import assert_state_close, engine_state
+from tests.oracles import tables as tables_oracle
 
 CPUS = logical_cpus()
 GRAPH_CPUS = [f"/cpu:{k}" for k in range(4)]
@@ -82,33 +83,21 @@ def _tf_inputs(batch):
 
 # ------------------------------------------------------------------------------------------ NumPy reference
 def reference_training(kind, kwargs, lr, combiner_a="mean", lazy=True, zero_features=(), multiplier=1.0, steps=BATCHES):
-    combiners = {"A": combiner_a, "B": "sum"}
-    init_kwargs = {k: v for k, v in kwargs.items() if k == "initial_accumulator_value"}
-    state = {t: ref.init_state(kind, _initial(t), **init_kwargs) for t in VOCAB}
-    for batch in steps:
-        occurrences = {t: ([], []) for t in VOCAB}
-        for feature, t in TABLE_OF.items():
-            params = state[t]["params"]
-            samples = _samples(batch, feature)
-            act = np.zeros((BATCH_SIZE, DIM[t]))
-            for b, (ids, weights) in enumerate(samples):
-                if ids:
-                    act[b] = ref.combiner_scale(weights, combiners[t]) * sum(
-                        w * params[i] for i, w in zip(ids, weights)
-                    )
-            if feature in zero_features:
-                continue
-            grad = _target(feature) + act
-            for b, (ids, weights) in enumerate(samples):
-                for i, w in zip(ids, weights):
-                    occurrences[t][0].append(i)
-                    occurrences[t][1].append(multiplier * w * ref.combiner_scale(weights, combiners[t]) * grad[b])
-        for t in VOCAB:  # Apply after every activation of the step was computed.
-            ids, grads = occurrences[t]
-            if not ids:
-                continue
-            state[t] = ref.lazy_table_step(kind, state[t], np.array(ids), np.array(grads), lr, lazy=lazy, **kwargs)
-    return state
+    def activation_gradients(_, acts):
+        return {f: None if f in zero_features else _target(f) + a for f, a in acts.items()}
+
+    return tables_oracle.train_tables(
+        kind,
+        {t: _initial(t) for t in VOCAB},
+        TABLE_OF,
+        {"A": combiner_a, "B": "sum"},
+        [{f: _samples(batch, f) for f in TABLE_OF} for batch in steps],
+        activation_gradients,
+        lr,
+        lazy=lazy,
+        multiplier=multiplier,
+        **kwargs,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ engine runs
@@ -127,19 +116,6 @@ def train_eager(engine, steps=BATCHES, zero_features=(), **apply_kwargs):
         grads = tape.gradient(loss, acts)
         grads = {f: (None if f in zero_features else g) for f, g in grads.items()}
         engine.apply_gradients(batches, grads, **apply_kwargs)
-
-
-def engine_state(engine):
-    return {
-        name: dict(params=t.read_full_table().numpy(), **{s: t.read_full_slot(s).numpy() for s in t.slot_names})
-        for name, t in engine.tables.items()
-    }
-
-
-def assert_state_close(got, expected, tol=1e-5):
-    for t in expected:
-        for key in expected[t]:
-            np.testing.assert_allclose(got[t][key], expected[t][key], rtol=tol, atol=tol, err_msg=f"{t}/{key}")
 
 
 CASES = {

@@ -17,16 +17,16 @@ from embedding.serving import (
 )
 from embedding.tpu_embedding import TPUEmbedding
 from embedding.tpu_embedding_v2 import TPUEmbeddingV2
-from tests.embedding.test_tpu_embedding import (
+from tests.helpers.mid_level_model import (
     GLOBAL_BATCH,
     NUM_STEPS,
     distributed_iterator,
-    engine_state,
     feature_config,
     mirrored,
     sample_slice,
     with_weights,
 )
+from tests.helpers.tables import engine_state
 
 FEATURE_SPECS = {
     "user": tf.RaggedTensorSpec([None, None], tf.int64, 1),

@@ -11,13 +11,12 @@ import tensorflow as tf
 from embedding import config, optimizers
 from embedding.serving import TPUEmbeddingForServing, serving_embedding_lookup
 from embedding.tpu_embedding import TPUEmbedding
-from tests.embedding.test_tpu_embedding import (
+from tests.helpers.mid_level_model import (
     CPUS,
     DIM,
     GLOBAL_BATCH,
     VOCAB,
     distributed_iterator,
-    engine_state,
     feature_config,
     mirrored,
     reference_activations,
@@ -25,6 +24,7 @@ from tests.embedding.test_tpu_embedding import (
     sample_slice,
     seed_training_step,
 )
+from tests.helpers.tables import engine_state
 
 del CPUS  # Imported for its side effect: logical CPUs configured before TF initialises.
 
