@@ -17,7 +17,8 @@ from embedding.serving import (
 )
 from embedding.tpu_embedding import TPUEmbedding
 from embedding.tpu_embedding_v2 import TPUEmbeddingV2
-from tests.helpers.mid_level_model import (
+from tests.helpers.tables import engine_state
+from tests.helpers.two_table_model import (
     GLOBAL_BATCH,
     NUM_STEPS,
     distributed_iterator,
@@ -26,7 +27,6 @@ from tests.helpers.mid_level_model import (
     sample_slice,
     with_weights,
 )
-from tests.helpers.tables import engine_state
 
 FEATURE_SPECS = {
     "user": tf.RaggedTensorSpec([None, None], tf.int64, 1),

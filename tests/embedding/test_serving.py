@@ -11,7 +11,8 @@ import tensorflow as tf
 from embedding import config, optimizers
 from embedding.serving import TPUEmbeddingForServing, serving_embedding_lookup
 from embedding.tpu_embedding import TPUEmbedding
-from tests.helpers.mid_level_model import (
+from tests.helpers.tables import engine_state
+from tests.helpers.two_table_model import (
     CPUS,
     DIM,
     GLOBAL_BATCH,
@@ -24,7 +25,6 @@ from tests.helpers.mid_level_model import (
     sample_slice,
     seed_training_step,
 )
-from tests.helpers.tables import engine_state
 
 del CPUS  # Imported for its side effect: logical CPUs configured before TF initialises.
 

@@ -1,6 +1,6 @@
 """TPUEmbedding (TF2 mid-level API) on MirroredStrategy / OneDeviceStrategy / the default strategy.
 
-The model, its inputs and its NumPy reference are in `tests.helpers.mid_level_model` (shared with the other
+The model, its inputs and its NumPy reference are in `tests.helpers.two_table_model` (shared with the other
 mid-level API test modules); the reference formulas are in `tests.oracles`.
 """
 
@@ -11,7 +11,8 @@ import tensorflow as tf
 import embedding
 from embedding import config, optimizers
 from embedding.tpu_embedding import TPUEmbedding
-from tests.helpers.mid_level_model import (
+from tests.helpers.tables import assert_state_close, engine_state
+from tests.helpers.two_table_model import (
     CASES,
     CAT,
     CPUS,
@@ -32,7 +33,6 @@ from tests.helpers.mid_level_model import (
     seed_training_step,
     with_weights,
 )
-from tests.helpers.tables import assert_state_close, engine_state
 
 
 @pytest.mark.parametrize("num_replicas", [1, 2])

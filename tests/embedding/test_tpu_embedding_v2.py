@@ -8,7 +8,8 @@ from embedding import config, optimizers, preprocessing
 from embedding.serving import TPUEmbeddingForServing
 from embedding.tpu_embedding import TPUEmbedding
 from embedding.tpu_embedding_v2 import TPUEmbeddingV2
-from tests.helpers.mid_level_model import (
+from tests.helpers.tables import assert_state_close, engine_state
+from tests.helpers.two_table_model import (
     CASES,
     NUM_STEPS,
     distributed_iterator,
@@ -22,7 +23,6 @@ from tests.helpers.mid_level_model import (
     seed_training_step,
     with_weights,
 )
-from tests.helpers.tables import assert_state_close, engine_state
 
 UPSTREAM_CSR_FIELDS = (
     "row_pointers",

@@ -1,4 +1,4 @@
-"""The model shared by the mid-level API tests (TPUEmbedding, TPUEmbeddingV2, serving, Keras).
+"""The two-table model shared by the engine and mid-level API tests (TPUEmbedding, TPUEmbeddingV2, serving, Keras).
 
 Features `user` (ragged, weighted, table A), `item` (sparse, table A) and `cat` (dense `[B, 1]`, table B, sum);
 12 samples, global batch 4. Loss per feature `sum(T * a) + 0.5 * sum(a^2)`, so `dL/da = T + a`. The reference
