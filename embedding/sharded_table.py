@@ -367,10 +367,17 @@ class ShardedTable(tf.Module):
         if n == 1:
             return [(unique_ids,) + tuple(values)], None
         if sorted_ids and self._layout.strategy == "div":
-            bounds = tf.constant(self._layout.offsets[1:], unique_ids.dtype)
-            cuts = tf.searchsorted(unique_ids, bounds, side="left", out_type=tf.int32)
-            total = tf.size(unique_ids, out_type=tf.int32)[None]
-            sizes = tf.concat([cuts[:1], cuts[1:] - cuts[:-1], total - cuts[-1:]], axis=0)
+            # Shard k holds ids [offsets[k], offsets[k] + sizes[k]): its run in the sorted ids starts at the first
+            # id >= its first row and ends at the first id >= its end. LowerBound on a [1, U] batch directly
+            # (tf.searchsorted would add some twenty shape ops per call, per table, to the graph).
+            starts = tf.constant([self._layout.offsets], unique_ids.dtype)
+            ends = tf.constant([[o + s for o, s in zip(self._layout.offsets, self._layout.sizes)]], unique_ids.dtype)
+            row = tf.reshape(unique_ids, [1, -1])
+            sizes = tf.reshape(
+                tf.raw_ops.LowerBound(sorted_inputs=row, values=ends, out_type=tf.int32)
+                - tf.raw_ops.LowerBound(sorted_inputs=row, values=starts, out_type=tf.int32),
+                [n],
+            )
             pieces = [tf.split(t, sizes, num=n, axis=0) for t in (unique_ids,) + tuple(values)]
             out = []
             for k in range(n):
