@@ -7,6 +7,7 @@ and 4T tables, 2 shards each, and compare the graph's node and control-input cou
 """
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from embedding import config, optimizers
@@ -73,3 +74,26 @@ def test_apply_table_gradients_graph_is_linear_in_tables():
     (n1, c1), (n2, c2) = counts(TABLES), counts(2 * TABLES)
     assert c2 <= 2.2 * c1, (c1, c2)
     assert n2 <= 2.2 * n1, (n1, n2)
+
+
+def test_one_gate_still_holds_every_table_until_every_check_passed():
+    """apply_table_gradients in a graph: a NaN gradient of the LAST table leaves the first ones unchanged."""
+    with tf.Graph().as_default():
+        feature_config = [config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i}")) for i in range(3)]
+        engine = EmbeddingEngine(feature_config, optimizers.SGD(0.5), num_shards=2)
+        ids = {f"t{i}": tf.constant([1, 7, 30], tf.int64) for i in range(3)}
+        poison = tf.compat.v1.placeholder_with_default(1.0, [])
+        grads = {"t0": tf.ones([3, 4]), "t1": tf.ones([3, 4]), "t2": tf.ones([3, 4]) * poison}
+        update = engine.apply_table_gradients(ids, grads)
+        tables = {name: t.read_full_table() for name, t in engine.tables.items()}
+        with tf.compat.v1.Session() as sess:
+            sess.run(engine.initializer)
+            before = sess.run(tables)
+            with pytest.raises(tf.errors.InvalidArgumentError, match="table 't2'"):
+                sess.run(update, {poison: np.nan})
+            unchanged = sess.run(tables)
+            sess.run(update)
+            after = sess.run(tables)
+    for name in before:
+        np.testing.assert_array_equal(unchanged[name], before[name])
+        np.testing.assert_allclose(after[name][[1, 7, 30]], before[name][[1, 7, 30]] - 0.5, rtol=1e-6)
