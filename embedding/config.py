@@ -5,15 +5,18 @@
 attributes (`as_table_config`, `as_feature_config`, `as_quantization_config`); a given upstream object always
 converts to the same one of ours, so features that share an upstream table still share one table.
 
-`resolve_feature_config` flattens a nested feature structure in `tf.nest` order, and `resolve_tables` lists the
-tables in order of first appearance, names unnamed ones `table_{i}`, fills in the global optimizer and rejects
+Names of features and tables, for every module of the package: `flatten_features` walks a nested feature
+structure in `tf.nest` order, `feature_key` names a feature (`feature_paths` lists them), `table_names` lists the
+tables in order of first appearance and names unnamed ones `table_{i}`. `resolve_feature_config` converts the
+features to ours and `resolve_tables` writes the names into the tables, fills in the global optimizer and rejects
 duplicate names, like upstream `TPUEmbedding.__init__`.
 """
 
+import collections
 import math
 import numbers
 import weakref
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -30,6 +33,11 @@ __all__ = [
     "as_feature_config",
     "resolve_feature_config",
     "resolve_tables",
+    "flatten_features",
+    "feature_key",
+    "feature_paths",
+    "table_names",
+    "features_by_table",
 ]
 
 
@@ -299,7 +307,7 @@ def _looks_like_upstream_table(obj: Any) -> bool:
 
 
 def _looks_like_upstream_feature(obj: Any) -> bool:
-    return all(hasattr(obj, a) for a in ("table", "max_sequence_length", "output_shape"))
+    return looks_like_feature_config(obj) and hasattr(obj, "output_shape")
 
 
 def _weak(obj: Any) -> Optional[Callable[[], Any]]:
@@ -417,27 +425,135 @@ def as_feature_config(obj: Any) -> FeatureConfig:
     return _cached(obj, convert)
 
 
-# ==== resolution ====================================================================================================
+# ==== structure and names ==========================================================================================
 
 
-def _flatten_with_paths(structure: Any, prefix: str = "") -> List[Tuple[str, Any]]:
-    """Flattens like `tf.nest.flatten` (dicts by sorted key) and joins paths with '/'."""
+def looks_like_feature_config(obj: Any) -> bool:
+    """True for a feature config: ours, upstream's, or any object with `table` and `max_sequence_length`."""
+    return hasattr(obj, "table") and hasattr(obj, "max_sequence_length")
 
-    def join(key: Any) -> str:
-        return f"{prefix}/{key}" if prefix else str(key)
 
+def _walk(structure: Any, prefix: Tuple[Any, ...]) -> List[Tuple[Tuple[Any, ...], Any]]:
+    if looks_like_feature_config(structure):
+        return [(prefix, structure)]
     if isinstance(structure, Mapping):
-        out = []
-        for key in sorted(structure):
-            out.extend(_flatten_with_paths(structure[key], join(key)))
-        return out
+        return [pair for key in sorted(structure) for pair in _walk(structure[key], prefix + (key,))]
     if isinstance(structure, (list, tuple)):
         keys = getattr(structure, "_fields", None) or range(len(structure))  # namedtuples by field name
-        out = []
-        for key, item in zip(keys, structure):
-            out.extend(_flatten_with_paths(item, join(key)))
-        return out
+        return [pair for key, item in zip(keys, structure) for pair in _walk(item, prefix + (key,))]
     return [(prefix, structure)]
+
+
+def join_path(path: Sequence[Any]) -> str:
+    """A structure path as text: its keys, field names and indices joined with '/' ('' for the root)."""
+    return "/".join(str(part) for part in path)
+
+
+def flatten_features(feature_config: Any) -> List[Tuple[Tuple[Any, ...], Any]]:
+    """The feature configs of a nest with their paths, in `tf.nest.flatten` order.
+
+    Dicts are walked by sorted key, namedtuples by field name, lists and tuples by index; a feature config (see
+    `looks_like_feature_config`) is a leaf.
+
+    Args:
+      feature_config: a feature config or a nested dict/list/tuple of them (ours, upstream's or duck-typed).
+
+    Returns:
+      `[(path, feature)]`, `path` the tuple of keys, field names and indices from the root (`()` for a lone
+      feature).
+
+    Raises:
+      TypeError: a leaf is not a feature config (naming its path).
+    """
+    pairs = _walk(feature_config, ())
+    for path, leaf in pairs:
+        if not looks_like_feature_config(leaf):
+            raise TypeError(
+                f"feature_config must be a nest of FeatureConfig objects; found {type(leaf).__name__} "
+                f"at path {join_path(path) or '<root>'}."
+            )
+    return pairs
+
+
+def feature_key(path: Sequence[Any], feature: Any) -> str:
+    """The key naming a feature in activations, gradients, batches and error messages.
+
+    The '/'-joined path of the feature in its nest (e.g. `'user'`, `'0'`, `'a/b'`); a lone feature (no nest) is
+    keyed by its `name`, or `'feature_0'`.
+    """
+    if path:
+        return join_path(path)
+    return getattr(feature, "name", None) or "feature_0"
+
+
+def feature_paths(feature_config: Any) -> List[Tuple[str, Any]]:
+    """Returns `[(feature_key, FeatureConfig)]` in `tf.nest.flatten(feature_config)` order.
+
+    See `feature_key` for the keys. Pack per-feature results back with
+    `tf.nest.pack_sequence_as(feature_config, [result[key] for key, _ in feature_paths(feature_config)])`.
+
+    Args:
+      feature_config: a feature config or a nest of them (ours, upstream's or duck-typed).
+
+    Raises:
+      TypeError: a leaf is not a feature config.
+    """
+    return [(feature_key(path, feature), feature) for path, feature in flatten_features(feature_config)]
+
+
+def _tables_by_name(keyed_features: Sequence[Tuple[str, Any]]) -> "collections.OrderedDict[str, Any]":
+    """The tables of the features by name, in order of first appearance; unnamed tables are `table_{i}`."""
+    tables: "collections.OrderedDict[int, Any]" = collections.OrderedDict()
+    readers: Dict[int, List[str]] = collections.defaultdict(list)
+    for key, feature in keyed_features:
+        tables.setdefault(id(feature.table), feature.table)
+        readers[id(feature.table)].append(key)
+    out: "collections.OrderedDict[str, Any]" = collections.OrderedDict()
+    for i, table in enumerate(tables.values()):
+        name = getattr(table, "name", None) or f"table_{i}"
+        if name in out:
+            features = [k for t in (out[name], table) for k in readers[id(t)]]
+            raise ValueError(
+                f"Tables must have a unique name. Multiple tables with name {name} found. Multiple tables with name "
+                f"{name!r} are read by features {features}: give each TableConfig its own name, or let those "
+                f"features share one TableConfig object."
+            )
+        out[name] = table
+    return out
+
+
+def table_names(feature_config: Any) -> "collections.OrderedDict[str, Any]":
+    """Returns `{table_name: TableConfig}` in order of first appearance among the flattened features.
+
+    Unnamed tables are named `table_{i}` (i = position in that order), as upstream TPUEmbedding does. Nothing is
+    changed on the tables (`resolve_tables` writes the names into them).
+
+    Args:
+      feature_config: a feature config or a nest of them (ours, upstream's or duck-typed).
+
+    Raises:
+      ValueError: two different tables share a name.
+    """
+    return _tables_by_name(feature_paths(feature_config))
+
+
+def features_by_table(feature_config: Any) -> "collections.OrderedDict[str, List[str]]":
+    """`{table_name: [feature keys]}` in table order (as `table_names`), keys in flatten order."""
+    keyed = feature_paths(feature_config)
+    name_of = {id(table): name for name, table in _tables_by_name(keyed).items()}
+    out: "collections.OrderedDict[str, List[str]]" = collections.OrderedDict((n, []) for n in name_of.values())
+    for key, feature in keyed:
+        out[name_of[id(feature.table)]].append(key)
+    return out
+
+
+def scope_name(name: str) -> str:
+    """A valid TensorFlow name scope for a free-form table name or feature key."""
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+    return cleaned if cleaned and (cleaned[0].isalnum() or cleaned[0] == ".") else "n" + cleaned
+
+
+# ==== resolution ====================================================================================================
 
 
 def _is_resolved(feature_config: Any) -> bool:
@@ -473,7 +589,7 @@ def resolve_feature_config(feature_config: Any) -> List[Tuple[str, FeatureConfig
     if _is_resolved(feature_config):
         return list(feature_config)
     leaves = tf.nest.flatten(feature_config)
-    pairs = _flatten_with_paths(feature_config)
+    pairs = [(join_path(path), leaf) for path, leaf in _walk(feature_config, ())]
     if len(pairs) != len(leaves):  # a nested type tf.nest knows but we do not (e.g. attrs)
         pairs = [(str(i), leaf) for i, leaf in enumerate(leaves)]
     if not pairs:
@@ -490,8 +606,8 @@ def resolve_tables(feature_config: Any, optimizer: Optional[Any] = None) -> List
     """Lists the tables of a feature structure in order of first appearance, named and with optimizers.
 
     Like upstream `TPUEmbedding.__init__`, this mutates the tables: an unnamed table gets `table_{i}` (i its
-    position in the list; mirrored into the upstream object it came from) and a table without optimizer gets the
-    global `optimizer`. Table optimizers are converted with `to_optimizer`.
+    position in the list, as `table_names`; mirrored into the upstream object it came from) and a table without
+    optimizer gets the global `optimizer`. Table optimizers are converted with `to_optimizer`.
 
     Args:
       feature_config: nested feature configs, or the output of `resolve_feature_config`.
@@ -503,14 +619,8 @@ def resolve_tables(feature_config: Any, optimizer: Optional[Any] = None) -> List
     Raises:
       ValueError: if two tables have the same name, or an optimizer is not supported.
     """
-    tables: List[TableConfig] = []
-    seen = set()
-    for _, feature in resolve_feature_config(feature_config):
-        if id(feature.table) not in seen:
-            seen.add(id(feature.table))
-            tables.append(feature.table)
-    names = set()
-    for i, table in enumerate(tables):
+    named = _tables_by_name(resolve_feature_config(feature_config))
+    for name, table in named.items():
         if table.optimizer is None:
             table.optimizer = optimizer
         if table.optimizer is not None:
@@ -522,14 +632,11 @@ def resolve_tables(feature_config: Any, optimizer: Optional[Any] = None) -> List
                     "instance of one of the optimizer classes under "
                     "tf.tpu.experimental.embedding."
                 ) from e
-        if table.name is None:
-            table.name = f"table_{i}"
+        if table.name != name:
+            table.name = name
             if table.source is not None and getattr(table.source, "name", None) is None:
                 try:
-                    table.source.name = table.name
+                    table.source.name = name
                 except AttributeError:
                     pass
-        if table.name in names:
-            raise ValueError(f"Tables must have a unique name. Multiple tables with name {table.name} found.")
-        names.add(table.name)
-    return tables
+    return list(named.values())

@@ -47,6 +47,9 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 import numpy as np
 import tensorflow as tf
 
+from embedding import config as config_lib
+from embedding.config import feature_paths, table_names
+
 # Pure TensorFlow ops without data-dependent Python control flow: AutoGraph conversion would only cost
 # seconds of tracing time in users' tf.functions.
 _do_not_convert = tf.autograph.experimental.do_not_convert
@@ -216,72 +219,6 @@ def _max_entries(value: Any) -> Optional[int]:
 # Structure helpers.
 
 
-def _is_feature_config(x: Any) -> bool:
-    return hasattr(x, "table") and hasattr(x, "max_sequence_length")
-
-
-def _flatten_config(structure: Any, prefix: Tuple = ()) -> List[Tuple[Tuple, Any]]:
-    """Flattens a nest of feature configs to (path tuple, config) in `tf.nest.flatten` order."""
-    if _is_feature_config(structure):
-        return [(prefix, structure)]
-    if isinstance(structure, Mapping):
-        out = []
-        for key in sorted(structure):
-            out.extend(_flatten_config(structure[key], prefix + (key,)))
-        return out
-    if isinstance(structure, (list, tuple)):
-        out = []
-        fields = getattr(structure, "_fields", None)
-        for i, item in enumerate(structure):
-            out.extend(_flatten_config(item, prefix + ((fields[i] if fields else i),)))
-        return out
-    raise TypeError(
-        f"feature_config must be a nest of FeatureConfig objects; found {type(structure).__name__} "
-        f"at path {'/'.join(str(p) for p in prefix) or '<root>'}."
-    )
-
-
-def _path_key(path: Tuple, feature: Any, index: int) -> str:
-    if path:
-        return "/".join(str(p) for p in path)
-    return getattr(feature, "name", None) or f"feature_{index}"
-
-
-def feature_paths(feature_config: Any) -> List[Tuple[str, Any]]:
-    """Returns `[(feature_key, FeatureConfig)]` in `tf.nest.flatten(feature_config)` order.
-
-    The key is the '/'-joined path of the feature in the nest (e.g. `'user'`, `'0'`, `'a/b'`); a single
-    FeatureConfig (no nest) is keyed by its `name` (or `'feature_0'`). Pack per-feature results back with
-    `tf.nest.pack_sequence_as(feature_config, [result[key] for key, _ in feature_paths(feature_config)])`.
-    """
-    flat = _flatten_config(feature_config)
-    return [(_path_key(path, f, i), f) for i, (path, f) in enumerate(flat)]
-
-
-def table_names(feature_config: Any) -> "collections.OrderedDict[str, Any]":
-    """Returns `{table_name: TableConfig}` in order of first appearance among the flattened features.
-
-    Unnamed tables are named `table_{i}` (i = position in that order), as upstream TPUEmbedding does; names must be
-    unique.
-
-    Raises:
-      ValueError: two different tables share a name.
-    """
-    tables: List[Any] = []
-    seen = set()
-    for _, feature in _flatten_config(feature_config):
-        if id(feature.table) not in seen:
-            seen.add(id(feature.table))
-            tables.append(feature.table)
-    out = collections.OrderedDict()
-    for i, table in enumerate(tables):
-        name = getattr(table, "name", None) or f"table_{i}"
-        if name in out:
-            raise ValueError(f"Multiple tables with name {name!r} found; table names must be unique.")
-        out[name] = table
-    return out
-
-
 def _lookup_path(structure: Any, path: Tuple, what: str, key: str, table_name: str) -> Any:
     node = structure
     for part in path:
@@ -294,7 +231,7 @@ def _lookup_path(structure: Any, path: Tuple, what: str, key: str, table_name: s
 
 def _check_no_extra_keys(config: Any, values: Any, what: str, prefix: Tuple = ()) -> None:
     """Raises ValueError for mapping keys in `values` that `config` does not have."""
-    if _is_feature_config(config) or values is None:
+    if config_lib.looks_like_feature_config(config) or values is None:
         return
     if isinstance(config, Mapping) and isinstance(values, Mapping):
         extra = sorted(str(k) for k in values if k not in config)
@@ -596,8 +533,14 @@ def _feature_to_coo(
 
 
 def _segment_sum(values: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Tensor) -> tf.Tensor:
-    """Scalar `unsorted_segment_sum` via a weighted bincount (several times faster on CPU for many segments)."""
-    return tf.math.bincount(segment_ids, values, minlength=num_segments, maxlength=num_segments)
+    """Scalar `unsorted_segment_sum` via a weighted bincount (several times faster on CPU for many segments).
+
+    The raw op: segment ids are in `[0, num_segments)` by construction, and `tf.math.bincount` would add a dozen
+    ops per call (per feature) to compute and clamp the output size.
+    """
+    return tf.raw_ops.DenseBincount(
+        input=segment_ids, size=tf.cast(num_segments, segment_ids.dtype), weights=values, binary_output=False
+    )
 
 
 def _gains(coo: _Coo, combiner: str) -> tf.Tensor:
@@ -762,18 +705,18 @@ def preprocess_features(
         mismatching the ids, bad combiner.
       TypeError: ids not int32/int64 (e.g. strings), non-numeric weights.
     """
-    tables = table_names(feature_config)
+    flat = config_lib.flatten_features(feature_config)
+    tables = config_lib.table_names(feature_config)
     name_of = {id(t): n for n, t in tables.items()}
-    flat = _flatten_config(feature_config)
     _check_no_extra_keys(feature_config, features, "features")
     if weights is not None:
         _check_no_extra_keys(feature_config, weights, "weights")
     per_table: Dict[str, List[Tuple[str, _Coo]]] = collections.OrderedDict((n, []) for n in tables)
     with tf.name_scope(name or "embedding_preprocess"):
-        for i, (path, feature) in enumerate(flat):
+        for path, feature in flat:
             table = feature.table
             table_name = name_of[id(table)]
-            key = _path_key(path, feature, i)
+            key = config_lib.feature_key(path, feature)
             combiner = getattr(table, "combiner", "mean") or "mean"
             if combiner not in _COMBINERS:
                 raise ValueError(f"Table {table_name!r}: combiner must be one of {_COMBINERS}, got {combiner!r}.")
@@ -783,7 +726,7 @@ def preprocess_features(
             weight = None
             if weights is not None:
                 weight = _lookup_path(weights, path, "weights", key, table_name) if path else weights
-            with tf.name_scope(_scope_name(key)):
+            with tf.name_scope(config_lib.scope_name(key)):
                 coo = _feature_to_coo(value, weight, feature, key, table_name, int(table.vocabulary_size), validate)
             per_table[table_name].append((key, coo))
         deduplicated = _sorted_unique(
@@ -792,14 +735,9 @@ def preprocess_features(
         )
         out = collections.OrderedDict()
         for (table_name, entries), (unique_ids, index) in zip(per_table.items(), deduplicated):
-            with tf.name_scope(_scope_name(table_name)):
+            with tf.name_scope(config_lib.scope_name(table_name)):
                 out[table_name] = _table_batch(table_name, tables[table_name], entries, unique_ids, index)
     return out
-
-
-def _scope_name(key: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in key)
-    return cleaned if cleaned and cleaned[0].isalnum() else "f" + cleaned
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ import numpy as np
 import tensorflow as tf
 
 from embedding import config as config_lib
-from embedding import preprocessing
 from embedding.engine import EmbeddingEngine
 
 __all__ = ["serving_embedding_lookup", "TPUEmbeddingForServing"]
@@ -59,7 +58,7 @@ def _find_table(tables: Dict[Any, Any], feature: Any, path: str) -> Any:
 
 
 def _paths(feature_config: Any):
-    pairs = preprocessing.feature_paths(feature_config)
+    pairs = config_lib.feature_paths(feature_config)
     return [key for key, _ in pairs], [f for _, f in pairs]
 
 

@@ -15,14 +15,15 @@ number of shards and either strategy restores into any other.
 """
 
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from embedding import checkpointing, preprocessing
-
-DeviceLike = Optional[Union[str, tf.DeviceSpec]]
+from embedding import config as config_lib
+from embedding import devices as devices_lib
+from embedding.devices import DeviceLike
 
 
 class ShardLayout:
@@ -142,22 +143,6 @@ def make_shard_initial_value(
     return lambda: initializer(shape, dtype=dtype)
 
 
-def _host_device(device: DeviceLike) -> str:
-    """CPU:0 of the task holding `device` ('' when unplaced)."""
-    if not device:
-        return ""
-    spec = tf.DeviceSpec.from_string(device) if isinstance(device, str) else device
-    if spec.device_type is None and spec.job is None and spec.task is None:
-        return ""
-    return spec.replace(device_type="CPU", device_index=0).to_string()
-
-
-def _scope_name(name: str) -> str:
-    """A valid TF name-scope for a table name (table names are free-form)."""
-    cleaned = "".join(c if c.isalnum() or c in "._-/" else "_" for c in name).strip("/")
-    return cleaned if cleaned and (cleaned[0].isalnum() or cleaned[0] == ".") else "t" + cleaned
-
-
 def _scatter_update(var: tf.Variable, indices: tf.Tensor, values: tf.Tensor):
     return tf.raw_ops.ResourceScatterUpdate(resource=var.handle, indices=indices, updates=values)
 
@@ -203,7 +188,7 @@ class ShardedTable(tf.Module):
             raise ValueError("ShardedTable needs a name (table_config.name or name=).")
         super().__init__(name=None)
         self._table_name = table_name
-        self._scope = _scope_name(table_name)
+        self._scope = config_lib.scope_name(table_name)
         self._table_config = table_config
         if optimizer is not None and not hasattr(optimizer, "apply_rows"):
             from embedding import optimizers
@@ -214,7 +199,7 @@ class ShardedTable(tf.Module):
         self._layout = ShardLayout(table_config.vocabulary_size, num_shards, partition_strategy)
         devices = list(devices) if devices else [None]
         self._devices = [devices[k % len(devices)] for k in range(self._layout.num_shards)]
-        self._host_device = _host_device(self._devices[0])
+        self._host_device = devices_lib.host_device(self._devices[0])
         self._slot_names = list(optimizer.slot_names()) if optimizer is not None else []
         self._set_names(checkpoint_name or table_name, slot_checkpoint_names)
 
@@ -382,10 +367,17 @@ class ShardedTable(tf.Module):
         if n == 1:
             return [(unique_ids,) + tuple(values)], None
         if sorted_ids and self._layout.strategy == "div":
-            bounds = tf.constant(self._layout.offsets[1:], unique_ids.dtype)
-            cuts = tf.searchsorted(unique_ids, bounds, side="left", out_type=tf.int32)
-            total = tf.size(unique_ids, out_type=tf.int32)[None]
-            sizes = tf.concat([cuts[:1], cuts[1:] - cuts[:-1], total - cuts[-1:]], axis=0)
+            # Shard k holds ids [offsets[k], offsets[k] + sizes[k]): its run in the sorted ids starts at the first
+            # id >= its first row and ends at the first id >= its end. LowerBound on a [1, U] batch directly
+            # (tf.searchsorted would add some twenty shape ops per call, per table, to the graph).
+            starts = tf.constant([self._layout.offsets], unique_ids.dtype)
+            ends = tf.constant([[o + s for o, s in zip(self._layout.offsets, self._layout.sizes)]], unique_ids.dtype)
+            row = tf.reshape(unique_ids, [1, -1])
+            sizes = tf.reshape(
+                tf.raw_ops.LowerBound(sorted_inputs=row, values=ends, out_type=tf.int32)
+                - tf.raw_ops.LowerBound(sorted_inputs=row, values=starts, out_type=tf.int32),
+                [n],
+            )
             pieces = [tf.split(t, sizes, num=n, axis=0) for t in (unique_ids,) + tuple(values)]
             out = []
             for k in range(n):

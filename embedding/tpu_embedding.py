@@ -38,7 +38,6 @@ trace or an eager step runs: `enqueue` and `strategy.run` must run in the same `
 as in upstream's examples.
 """
 
-import collections
 import contextlib
 import dataclasses
 from typing import Any, Dict, List, Optional, Sequence
@@ -46,6 +45,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import tensorflow as tf
 
 from embedding import combiners, preprocessing
+from embedding import config as config_lib
+from embedding import devices as devices_lib
 from embedding.engine import EmbeddingEngine
 
 # Python control flow on Python values only: AutoGraph conversion would just cost tracing time.
@@ -61,13 +62,6 @@ def replica_devices(strategy: tf.distribute.Strategy) -> Optional[List[str]]:
         return list(strategy.extended.worker_devices)
     except (RuntimeError, AttributeError, NotImplementedError):
         return None
-
-
-def canonical_device(device: Any) -> str:
-    """A comparable device string ('/job:localhost/replica:0/task:0/device:CPU:0' style where known)."""
-    spec = tf.DeviceSpec.from_string(device) if isinstance(device, str) else device
-    full = tf.DeviceSpec(job="localhost", replica=0, task=0)
-    return full.make_merged_spec(spec).to_string()
 
 
 def local_values(
@@ -194,14 +188,6 @@ def replicated_engine(
     return strategy, devices, int(strategy.num_replicas_in_sync), engine
 
 
-def features_by_table(engine: EmbeddingEngine) -> "collections.OrderedDict[str, List[str]]":
-    """`{table_name: [feature keys]}` in flatten order."""
-    out = collections.OrderedDict((name, []) for name in engine.tables)
-    for key, feature in preprocessing.feature_paths(engine.feature_config):
-        out[feature.table.name].append(key)
-    return out
-
-
 def check_gradients(
     flat_grads: Sequence[Any], paths: Sequence[str], expected: Sequence[tf.TensorShape]
 ) -> List[Optional[tf.Tensor]]:
@@ -264,9 +250,9 @@ class TPUEmbedding(tf.Module):
         self._strategy, self._devices, self._num_replicas, self._engine = replicated_engine(
             feature_config, optimizer, pipeline_execution_with_tensor_core, self._partition_strategy()
         )
-        self._paths = [key for key, _ in preprocessing.feature_paths(self._engine.feature_config)]
-        self._features_of_table = features_by_table(self._engine)
-        configured = [f.output_shape for _, f in preprocessing.feature_paths(self._engine.feature_config)]
+        self._paths = self._engine.feature_keys
+        self._features_of_table = self._engine.features_by_table
+        configured = [f.output_shape for _, f in config_lib.feature_paths(self._engine.feature_config)]
         self._output_shapes: List[tf.TensorShape] = [tf.TensorShape(s) for s in configured]
         self._built = False
         self._step: Optional[_Step] = None
@@ -328,7 +314,7 @@ class TPUEmbedding(tf.Module):
         self._built = True
 
     def _features(self):
-        return [f for _, f in preprocessing.feature_paths(self._engine.feature_config)]
+        return [f for _, f in config_lib.feature_paths(self._engine.feature_config)]
 
     def _shapes_from_batch_size(self, batch_size: int) -> List[tf.TensorShape]:
         out = []
@@ -451,8 +437,8 @@ class TPUEmbedding(tf.Module):
         if self._num_replicas == 1:
             self._run_enqueue([features], [weights], training)
             return
-        wanted = canonical_device(device)
-        known = [canonical_device(d) for d in self._devices]
+        wanted = devices_lib.canonical_device(device)
+        known = [devices_lib.canonical_device(d) for d in self._devices]
         if wanted not in known:
             raise ValueError(
                 f"Device {device} passed to enqueue is not a replica device of the strategy ({list(self._devices)})."

@@ -24,6 +24,8 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 
 from embedding import combiners, preprocessing
+from embedding import config as config_lib
+from embedding import devices as devices_lib
 from embedding import tpu_embedding as mid_level
 from embedding.engine import EmbeddingEngine
 
@@ -64,13 +66,12 @@ class TPUEmbeddingV2(tf.Module):
         self._strategy, self._devices, self._num_replicas, self._engine = mid_level.replicated_engine(
             feature_config, optimizer, pipeline_execution_with_tensor_core, "mod"
         )
-        self._paths = [key for key, _ in preprocessing.feature_paths(self._engine.feature_config)]
-        self._features_of_table = mid_level.features_by_table(self._engine)
-        self._dims = {key: int(f.table.dim) for key, f in preprocessing.feature_paths(self._engine.feature_config)}
-        self._table_of = {key: f.table.name for key, f in preprocessing.feature_paths(self._engine.feature_config)}
-        self._output_shapes: Dict[str, tf.TensorShape] = {
-            key: tf.TensorShape(f.output_shape) for key, f in preprocessing.feature_paths(self._engine.feature_config)
-        }
+        keyed = config_lib.feature_paths(self._engine.feature_config)
+        self._paths = [key for key, _ in keyed]
+        self._features_of_table = self._engine.features_by_table
+        self._dims = {key: int(f.table.dim) for key, f in keyed}
+        self._table_of = {key: f.table.name for key, f in keyed}
+        self._output_shapes: Dict[str, tf.TensorShape] = {key: tf.TensorShape(f.output_shape) for key, f in keyed}
         self._built = False
 
     # ------------------------------------------------------------------------------------------- properties
@@ -134,7 +135,7 @@ class TPUEmbeddingV2(tf.Module):
         if weights is not None:
             tf.nest.assert_same_structure(self._engine.feature_config, weights)
         self._built = True
-        scope = tf.device(_host(device)) if device else tf.name_scope("embedding_enqueue")
+        scope = tf.device(devices_lib.host_device(device)) if device else tf.name_scope("embedding_enqueue")
         with scope:
             batches = self._engine.preprocess(features, weights)
             shapes = {}
@@ -316,8 +317,3 @@ def _numel(shape: List[Any]) -> Any:
     for d in shape:
         total = total * d
     return total if not isinstance(total, int) else tf.constant(total, tf.int32)
-
-
-def _host(device: str) -> str:
-    spec = tf.DeviceSpec.from_string(device)
-    return spec.replace(device_type="CPU", device_index=0).to_string()

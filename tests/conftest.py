@@ -4,6 +4,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tests import devices
+from tests.helpers import devices
 
 devices.logical_cpus()

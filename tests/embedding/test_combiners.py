@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from embedding import combiners, preprocessing
-from tests.embedding.duck_configs import Feature, Table
+from tests.helpers.duck_configs import Feature, Table
+from tests.oracles import combiners as oracle
 
 
 @dataclasses.dataclass
@@ -27,31 +28,6 @@ IDS = [[1, 4, 1], [], [7], [2, 2, 2, 9]]
 WEIGHTS = [[0.5, 2.0, 1.5], [], [3.0], [1.0, 0.25, 2.0, 4.0]]
 
 
-def np_combine(ids, weights, combiner, table=TABLE):
-    """Combiner formulas of docs/SEMANTICS.md 9, row by row."""
-    out = np.zeros((len(ids), table.shape[1]), np.float64)
-    for r, (row_ids, row_w) in enumerate(zip(ids, weights)):
-        if not row_ids:
-            continue
-        w = np.asarray(row_w, np.float64)
-        total = sum(wi * table[i].astype(np.float64) for i, wi in zip(row_ids, w))
-        if combiner == "sum":
-            out[r] = total
-        elif combiner == "mean":
-            out[r] = total / w.sum()
-        else:
-            out[r] = total / np.sqrt((w * w).sum())
-    return out
-
-
-def np_sequence(ids, weights, length, table=TABLE):
-    out = np.zeros((len(ids), length, table.shape[1]), np.float64)
-    for r, (row_ids, row_w) in enumerate(zip(ids, weights)):
-        for p, (i, w) in enumerate(zip(row_ids[:length], row_w[:length])):
-            out[r, p] = w * table[i]
-    return out
-
-
 def lookup(feature, ids, weights=None, table=TABLE, quantization_config=None):
     """Preprocess one feature, gather the unique rows of `table`, combine."""
     batch = preprocessing.preprocess_features({"f": ids}, {"f": feature}, None if weights is None else {"f": weights})
@@ -65,7 +41,7 @@ def test_ragged_weighted_combiners(combiner):
     feature = Feature(Table(VOCAB, DIM, combiner))
     out, _ = lookup(feature, tf.ragged.constant(IDS, tf.int64), tf.ragged.constant(WEIGHTS, tf.float32, ragged_rank=1))
     assert out.shape == (4, DIM)
-    np.testing.assert_allclose(out.numpy(), np_combine(IDS, WEIGHTS, combiner), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), oracle.combine(IDS, WEIGHTS, combiner, TABLE), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(out.numpy()[1], 0.0)  # Empty row.
 
 
@@ -75,7 +51,7 @@ def test_sparse_unweighted_combiners(combiner):
     ragged = tf.ragged.constant(IDS, tf.int64)
     out, _ = lookup(feature, ragged.to_sparse())
     ones = [[1.0] * len(r) for r in IDS]
-    np.testing.assert_allclose(out.numpy(), np_combine(IDS, ones, combiner), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), oracle.combine(IDS, ones, combiner, TABLE), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
@@ -140,13 +116,13 @@ def test_sequence_features_truncate_and_pad(kind):
     out, _ = lookup(feature, inputs)
     assert out.shape == (len(seq_ids), 3, DIM)
     ones = [[1.0] * len(r) for r in seq_ids]
-    np.testing.assert_allclose(out.numpy(), np_sequence(seq_ids, ones, 3), rtol=1e-6)
+    np.testing.assert_allclose(out.numpy(), oracle.sequence(seq_ids, ones, 3, TABLE), rtol=1e-6)
 
 
 def test_sequence_feature_weights_are_gains():
     feature = Feature(Table(VOCAB, DIM, "mean"), max_sequence_length=4)
     out, _ = lookup(feature, tf.ragged.constant(IDS, tf.int64), tf.ragged.constant(WEIGHTS, tf.float32, ragged_rank=1))
-    np.testing.assert_allclose(out.numpy(), np_sequence(IDS, WEIGHTS, 4), rtol=1e-6)
+    np.testing.assert_allclose(out.numpy(), oracle.sequence(IDS, WEIGHTS, 4, TABLE), rtol=1e-6)
 
 
 def test_ragged_output_shape_sequence_and_reshape():
@@ -154,16 +130,12 @@ def test_ragged_output_shape_sequence_and_reshape():
     out, _ = lookup(feature, tf.ragged.constant(IDS, tf.int64))
     assert out.shape == (2, 2, 2, DIM)
     ones = [[1.0] * len(r) for r in IDS]
-    np.testing.assert_allclose(out.numpy().reshape(4, 2, DIM), np_sequence(IDS, ones, 2), rtol=1e-6)
+    np.testing.assert_allclose(out.numpy().reshape(4, 2, DIM), oracle.sequence(IDS, ones, 2, TABLE), rtol=1e-6)
     feature = Feature(Table(VOCAB, DIM, "sum"), output_shape=[2, 2])  # 4 = batch: combined, reshaped.
     out, _ = lookup(feature, tf.ragged.constant(IDS, tf.int64))
-    np.testing.assert_allclose(out.numpy().reshape(4, DIM), np_combine(IDS, ones, "sum"), rtol=1e-5, atol=1e-6)
-
-
-def np_quantize(x, q):
-    x = np.clip(x, q.lower, q.upper)
-    quantum = (q.upper - q.lower) / (q.num_buckets - 1)
-    return np.floor((x - q.lower) / quantum + 0.5) * quantum + q.lower
+    np.testing.assert_allclose(
+        out.numpy().reshape(4, DIM), oracle.combine(IDS, ones, "sum", TABLE), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_quantization_before_combining():
@@ -179,7 +151,7 @@ def test_quantization_before_combining():
         tf.ragged.constant(WEIGHTS, tf.float32, ragged_rank=1),
         quantization_config=q,
     )
-    expected = np_combine(IDS, WEIGHTS, "mean", table=np_quantize(TABLE, q))
+    expected = oracle.combine(IDS, WEIGHTS, "mean", oracle.quantize(TABLE, q))
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
     # combine_table picks the table's quantization_config up by itself.
     batch = preprocessing.preprocess_features({"f": tf.ragged.constant(IDS, tf.int64)}, {"f": feature})
@@ -187,26 +159,13 @@ def test_quantization_before_combining():
     out2 = combiners.combine_table(tf.gather(TABLE, tb.unique_ids), tb)["f"]
     ones = [[1.0] * len(r) for r in IDS]
     np.testing.assert_allclose(
-        out2.numpy(), np_combine(IDS, ones, "mean", table=np_quantize(TABLE, q)), rtol=1e-5, atol=1e-6
+        out2.numpy(), oracle.combine(IDS, ones, "mean", oracle.quantize(TABLE, q)), rtol=1e-5, atol=1e-6
     )
 
 
 def test_quantization_rejects_one_bucket():
     with pytest.raises(ValueError, match="at least 2"):
         combiners.quantize(tf.zeros([1, 1]), Quantization(1, 0.0, 1.0))
-
-
-def np_backprop(ids, weights, combiner, grads, vocab=VOCAB):
-    """d loss / d table for loss = sum(activations * grads), from the formulas."""
-    out = np.zeros((vocab, grads.shape[-1]), np.float64)
-    for r, (row_ids, row_w) in enumerate(zip(ids, weights)):
-        if not row_ids:
-            continue
-        w = np.asarray(row_w, np.float64)
-        scale = {"sum": 1.0, "mean": 1.0 / w.sum(), "sqrtn": 1.0 / np.sqrt((w * w).sum())}[combiner]
-        for i, wi in zip(row_ids, w):
-            out[i] += wi * scale * grads[r]
-    return out
 
 
 @pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
@@ -227,7 +186,7 @@ def test_backprop_matches_gradient_tape_and_numpy(combiner):
     unique_grads = combiners.backprop(tf.constant(grads), tb.features["f"], tb.num_unique)
     dense = tf.scatter_nd(tb.unique_ids[:, None], unique_grads, [VOCAB, DIM]).numpy()
     np.testing.assert_allclose(dense, expected, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(dense, np_backprop(IDS, WEIGHTS, combiner, grads), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dense, oracle.backprop(IDS, WEIGHTS, combiner, grads, VOCAB), rtol=1e-5, atol=1e-6)
 
 
 def test_backprop_is_gradient_of_combine_with_shared_table_and_sequence():
@@ -302,7 +261,7 @@ def test_plan_without_precomputed_matrix_gives_the_same_results(combiner):
     bare = dataclasses.replace(seg, matrix_indices=None, matrix_shape=None)
     rows = tf.gather(TABLE, tb.unique_ids)
     np.testing.assert_allclose(combiners.combine(rows, bare).numpy(), out.numpy(), rtol=1e-6)
-    np.testing.assert_allclose(out.numpy(), np_combine(IDS, WEIGHTS, combiner), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), oracle.combine(IDS, WEIGHTS, combiner, TABLE), rtol=1e-5, atol=1e-6)
     grads = tf.constant(RNG.normal(size=out.shape).astype(np.float32))
     np.testing.assert_allclose(
         combiners.backprop(grads, bare, tb.num_unique).numpy(),

@@ -4,23 +4,22 @@ The reference (written from docs/SEMANTICS.md 9, independent of `embedding/`): a
 (sum / mean / sqrtn) of the weighted rows of each sample; the loss is `sum(T * a) + 0.5 * sum(a^2)` per feature,
 so dL/da = T + a; every occurrence of an id (any sample, any feature sharing the table) contributes
 `w * scale * dL/da[sample]`; contributions are summed per unique id and the optimizer rule is applied ONCE per
-unique id and step (`numpy_reference.lazy_table_step`).
+unique id and step (`tests.oracles.tables`).
 """
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from embedding import config, optimizers
+from embedding import optimizers
 from embedding.engine import EmbeddingEngine
-from tests.devices import logical_cpus
-from tests.embedding import numpy_reference as ref
+from tests.helpers.devices import logical_cpus
+from tests.helpers.tables import assert_state_close, engine_state
+from tests.helpers.two_table_model import DIM, TABLE_OF, VOCAB, feature_config, initial
+from tests.oracles import tables as tables_oracle
 
 CPUS = logical_cpus()
 GRAPH_CPUS = [f"/cpu:{k}" for k in range(4)]
-VOCAB = {"A": 13, "B": 7}
-DIM = {"A": 4, "B": 3}
-TABLE_OF = {"user": "A", "item": "A", "cat": "B"}
 
 # Three steps; duplicates within a sample (user 3,3 / 7,7,7 / 4,4; item 0,0), across samples and across the
 # two features sharing table A; empty samples; weights on the ragged feature.
@@ -32,29 +31,9 @@ BATCHES = [
 BATCH_SIZE = 3
 
 
-def _initial(name):
-    seed = {"A": 1, "B": 2}[name]
-    return np.random.RandomState(seed).normal(size=(VOCAB[name], DIM[name])).astype(np.float32)
-
-
 def _target(feature):
     seed = {"user": 10, "item": 11, "cat": 12}[feature]
     return np.random.RandomState(seed).normal(size=(BATCH_SIZE, DIM[TABLE_OF[feature]])).astype(np.float32)
-
-
-def _feature_config(combiner_a="mean", optimizer_a=None):
-    a = config.TableConfig(
-        VOCAB["A"],
-        DIM["A"],
-        initializer=tf.constant_initializer(_initial("A")),
-        combiner=combiner_a,
-        name="A",
-        optimizer=optimizer_a,
-    )
-    b = config.TableConfig(
-        VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(_initial("B")), combiner="sum", name="B"
-    )
-    return {"user": config.FeatureConfig(a), "item": config.FeatureConfig(a), "cat": config.FeatureConfig(b)}
 
 
 def _samples(batch, feature):
@@ -82,33 +61,21 @@ def _tf_inputs(batch):
 
 # ------------------------------------------------------------------------------------------ NumPy reference
 def reference_training(kind, kwargs, lr, combiner_a="mean", lazy=True, zero_features=(), multiplier=1.0, steps=BATCHES):
-    combiners = {"A": combiner_a, "B": "sum"}
-    init_kwargs = {k: v for k, v in kwargs.items() if k == "initial_accumulator_value"}
-    state = {t: ref.init_state(kind, _initial(t), **init_kwargs) for t in VOCAB}
-    for batch in steps:
-        occurrences = {t: ([], []) for t in VOCAB}
-        for feature, t in TABLE_OF.items():
-            params = state[t]["params"]
-            samples = _samples(batch, feature)
-            act = np.zeros((BATCH_SIZE, DIM[t]))
-            for b, (ids, weights) in enumerate(samples):
-                if ids:
-                    act[b] = ref.combiner_scale(weights, combiners[t]) * sum(
-                        w * params[i] for i, w in zip(ids, weights)
-                    )
-            if feature in zero_features:
-                continue
-            grad = _target(feature) + act
-            for b, (ids, weights) in enumerate(samples):
-                for i, w in zip(ids, weights):
-                    occurrences[t][0].append(i)
-                    occurrences[t][1].append(multiplier * w * ref.combiner_scale(weights, combiners[t]) * grad[b])
-        for t in VOCAB:  # Apply after every activation of the step was computed.
-            ids, grads = occurrences[t]
-            if not ids:
-                continue
-            state[t] = ref.lazy_table_step(kind, state[t], np.array(ids), np.array(grads), lr, lazy=lazy, **kwargs)
-    return state
+    def activation_gradients(_, acts):
+        return {f: None if f in zero_features else _target(f) + a for f, a in acts.items()}
+
+    return tables_oracle.train_tables(
+        kind,
+        {t: initial(t) for t in VOCAB},
+        TABLE_OF,
+        {"A": combiner_a, "B": "sum"},
+        [{f: _samples(batch, f) for f in TABLE_OF} for batch in steps],
+        activation_gradients,
+        lr,
+        lazy=lazy,
+        multiplier=multiplier,
+        **kwargs,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ engine runs
@@ -127,19 +94,6 @@ def train_eager(engine, steps=BATCHES, zero_features=(), **apply_kwargs):
         grads = tape.gradient(loss, acts)
         grads = {f: (None if f in zero_features else g) for f, g in grads.items()}
         engine.apply_gradients(batches, grads, **apply_kwargs)
-
-
-def engine_state(engine):
-    return {
-        name: dict(params=t.read_full_table().numpy(), **{s: t.read_full_slot(s).numpy() for s in t.slot_names})
-        for name, t in engine.tables.items()
-    }
-
-
-def assert_state_close(got, expected, tol=1e-5):
-    for t in expected:
-        for key in expected[t]:
-            np.testing.assert_allclose(got[t][key], expected[t][key], rtol=tol, atol=tol, err_msg=f"{t}/{key}")
 
 
 CASES = {
@@ -162,7 +116,7 @@ CASES = {
 def test_three_steps_equal_numpy_reference(case, combiner):
     make_opt, kind, kwargs, lr, lazy = CASES[case]
     engine = EmbeddingEngine(
-        _feature_config(combiner), make_opt(), num_shards=2, devices=CPUS, partition_strategy="mod"
+        feature_config(combiner_a=combiner), make_opt(), num_shards=2, devices=CPUS, partition_strategy="mod"
     )
     train_eager(engine)
     assert_state_close(engine_state(engine), reference_training(kind, kwargs, lr, combiner, lazy))
@@ -173,31 +127,31 @@ def test_three_steps_equal_numpy_reference(case, combiner):
 def test_shard_and_partition_invariance(case, num_shards, strategy):
     make_opt, kind, kwargs, lr, lazy = CASES[case]
     engine = EmbeddingEngine(
-        _feature_config("sqrtn"), make_opt(), num_shards=num_shards, devices=CPUS, partition_strategy=strategy
+        feature_config(combiner_a="sqrtn"), make_opt(), num_shards=num_shards, devices=CPUS, partition_strategy=strategy
     )
     train_eager(engine)
     got = engine_state(engine)
     assert_state_close(got, reference_training(kind, kwargs, lr, "sqrtn", lazy))
-    baseline = EmbeddingEngine(_feature_config("sqrtn"), make_opt(), num_shards=1)
+    baseline = EmbeddingEngine(feature_config(combiner_a="sqrtn"), make_opt(), num_shards=1)
     train_eager(baseline)
     assert_state_close(got, engine_state(baseline), tol=1e-6)
 
 
 def test_activations_structure_and_values():
-    engine = EmbeddingEngine(_feature_config("mean"), optimizers.SGD(0.1), num_shards=4, devices=CPUS)
+    engine = EmbeddingEngine(feature_config(combiner_a="mean"), optimizers.SGD(0.1), num_shards=4, devices=CPUS)
     features, weights = _tf_inputs(BATCHES[0])
     acts = engine(features, weights)
     assert sorted(acts) == ["cat", "item", "user"]
     assert acts["user"].shape == [3, 4] and acts["cat"].shape == [3, 3]
-    a = _initial("A")
+    a = initial("A")
     np.testing.assert_allclose(acts["user"].numpy()[0], (1 * a[3] + 2 * a[3] + 0.5 * a[5]) / 3.5, rtol=1e-6)
     np.testing.assert_array_equal(acts["user"].numpy()[2], np.zeros(4))  # Empty sample.
     np.testing.assert_allclose(acts["item"].numpy()[2], a[0], rtol=1e-6)  # Duplicate id, mean.
-    np.testing.assert_allclose(acts["cat"].numpy(), _initial("B")[[1, 6, 1]], rtol=1e-6)
+    np.testing.assert_allclose(acts["cat"].numpy(), initial("B")[[1, 6, 1]], rtol=1e-6)
 
 
 def test_none_gradients_multiplier_and_learning_rate_override():
-    engine = EmbeddingEngine(_feature_config("sum"), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
+    engine = EmbeddingEngine(feature_config(combiner_a="sum"), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
     train_eager(engine, zero_features=("item",), gradient_multiplier=0.5, learning_rate_override=0.3)
     expected = reference_training("sgd", {}, 0.3, "sum", zero_features=("item",), multiplier=0.5)
     assert_state_close(engine_state(engine), expected)
@@ -205,7 +159,10 @@ def test_none_gradients_multiplier_and_learning_rate_override():
 
 def test_table_optimizer_overrides_global_one():
     engine = EmbeddingEngine(
-        _feature_config("mean", optimizer_a=optimizers.Adagrad(0.2)), optimizers.SGD(0.1), num_shards=2, devices=CPUS
+        feature_config(combiner_a="mean", optimizer_a=optimizers.Adagrad(0.2)),
+        optimizers.SGD(0.1),
+        num_shards=2,
+        devices=CPUS,
     )
     assert engine.tables["A"].slot_names == ["accumulators"] and engine.tables["B"].slot_names == []
     train_eager(engine)
@@ -215,7 +172,7 @@ def test_table_optimizer_overrides_global_one():
 
 
 def test_training_without_optimizer_names_the_table():
-    engine = EmbeddingEngine(_feature_config("mean", optimizer_a=optimizers.SGD(0.1)), None, num_shards=2)
+    engine = EmbeddingEngine(feature_config(combiner_a="mean", optimizer_a=optimizers.SGD(0.1)), None, num_shards=2)
     features, weights = _tf_inputs(BATCHES[0])
     batches = engine.preprocess(features, weights)
     acts = engine.activations(batches)  # Inference works.
@@ -226,7 +183,7 @@ def test_training_without_optimizer_names_the_table():
 
 
 def test_gradient_shape_and_structure_errors():
-    engine = EmbeddingEngine(_feature_config(), optimizers.SGD(0.1))
+    engine = EmbeddingEngine(feature_config(), optimizers.SGD(0.1))
     features, weights = _tf_inputs(BATCHES[0])
     batches = engine.preprocess(features, weights)
     acts = engine.activations(batches)
@@ -238,7 +195,7 @@ def test_gradient_shape_and_structure_errors():
 
 
 def test_bad_ids_error_names_feature_and_tables_unchanged_eager():
-    engine = EmbeddingEngine(_feature_config(), optimizers.Adagrad(0.1), num_shards=2, devices=CPUS)
+    engine = EmbeddingEngine(feature_config(), optimizers.Adagrad(0.1), num_shards=2, devices=CPUS)
     before = engine_state(engine)
     features, weights = _tf_inputs(BATCHES[0])
     features["cat"] = tf.constant([[1], [7], [0]], tf.int64)  # 7 >= vocabulary_size of B.
@@ -249,7 +206,7 @@ def test_bad_ids_error_names_feature_and_tables_unchanged_eager():
 
 
 def test_non_finite_gradient_is_an_error_before_any_update():
-    engine = EmbeddingEngine(_feature_config(), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
+    engine = EmbeddingEngine(feature_config(), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
     before = engine_state(engine)
     features, weights = _tf_inputs(BATCHES[0])
     batches = engine.preprocess(features, weights)
@@ -264,7 +221,7 @@ def test_non_finite_gradient_is_an_error_before_any_update():
 @pytest.mark.parametrize("poison", ["activation_grad", "multiplier", "weight"])
 def test_non_finite_gradient_input_is_an_error_in_graphs_before_any_update(poison):
     with tf.Graph().as_default():
-        engine = EmbeddingEngine(_feature_config(), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
+        engine = EmbeddingEngine(feature_config(), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
         features, weights = _tf_inputs(BATCHES[0])
         if poison == "weight":  # An Inf weight passes validation (>= 0) and makes the mean combiner's gains NaN.
             weights["user"] = tf.ragged.constant([[1.0, np.inf, 0.5], [3.0], []], tf.float32, ragged_rank=1)
@@ -313,7 +270,11 @@ def _graph_reads(engine):
 def test_tf1_session_training_equals_reference():
     with tf.Graph().as_default():
         engine = EmbeddingEngine(
-            _feature_config("sqrtn"), optimizers.Adam(0.05), num_shards=4, devices=GRAPH_CPUS, partition_strategy="div"
+            feature_config(combiner_a="sqrtn"),
+            optimizers.Adam(0.05),
+            num_shards=4,
+            devices=GRAPH_CPUS,
+            partition_strategy="div",
         )
         steps = [_graph_step(engine, batch) for batch in BATCHES]
         reads = _graph_reads(engine)
@@ -328,7 +289,7 @@ def test_tf1_session_training_equals_reference():
 def test_tf1_bad_ids_error_names_feature_and_tables_unchanged():
     with tf.Graph().as_default():
         engine = EmbeddingEngine(
-            _feature_config(), optimizers.Adagrad(0.1), num_shards=2, devices=GRAPH_CPUS, partition_strategy="mod"
+            feature_config(), optimizers.Adagrad(0.1), num_shards=2, devices=GRAPH_CPUS, partition_strategy="mod"
         )
         cat = tf.compat.v1.placeholder(tf.int64, [BATCH_SIZE, 1])
         features, weights = _tf_inputs(BATCHES[0])
@@ -351,14 +312,14 @@ def test_tf1_bad_ids_error_names_feature_and_tables_unchanged():
 
 
 def test_tf2_checkpoint_uses_upstream_layout(tmp_path):
-    engine = EmbeddingEngine(_feature_config(), optimizers.Adam(0.05), num_shards=4, devices=CPUS)
+    engine = EmbeddingEngine(feature_config(), optimizers.Adam(0.05), num_shards=4, devices=CPUS)
     train_eager(engine, steps=BATCHES[:1])
     path = tf.train.Checkpoint(embedding=engine).write(str(tmp_path / "ckpt"))
     keys = {k for k, _ in tf.train.list_variables(path)} - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
     assert keys == {
         f"embedding/{t}{s}/.ATTRIBUTES/VARIABLE_VALUE" for t in "AB" for s in ("", ".Smomenta", ".Svelocities")
     }
-    other = EmbeddingEngine(_feature_config(), optimizers.Adam(0.05), num_shards=3, partition_strategy="mod")
+    other = EmbeddingEngine(feature_config(), optimizers.Adam(0.05), num_shards=3, partition_strategy="mod")
     tf.train.Checkpoint(embedding=other).read(path).assert_consumed()
     assert_state_close(engine_state(other), engine_state(engine), tol=0)
 
@@ -370,7 +331,7 @@ def test_callable_learning_rate_evaluated_once_per_step():
         calls.append(1)
         return 0.1
 
-    engine = EmbeddingEngine(_feature_config("sum"), optimizers.SGD(lr), num_shards=2, devices=CPUS)
+    engine = EmbeddingEngine(feature_config(combiner_a="sum"), optimizers.SGD(lr), num_shards=2, devices=CPUS)
     train_eager(engine)
     assert len(calls) == len(BATCHES)  # Two tables share the global optimizer: one evaluation per step.
     assert_state_close(engine_state(engine), reference_training("sgd", {}, 0.1, "sum"))

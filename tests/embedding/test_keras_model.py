@@ -17,11 +17,11 @@ from embedding.serving import (
 )
 from embedding.tpu_embedding import TPUEmbedding
 from embedding.tpu_embedding_v2 import TPUEmbeddingV2
-from tests.embedding.test_tpu_embedding import (
+from tests.helpers.tables import engine_state
+from tests.helpers.two_table_model import (
     GLOBAL_BATCH,
     NUM_STEPS,
     distributed_iterator,
-    engine_state,
     feature_config,
     mirrored,
     sample_slice,

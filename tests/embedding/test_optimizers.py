@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import embedding
 from embedding import optimizers as opt_lib
-from tests.embedding import numpy_reference as ref
+from tests.oracles import optimizers as ref
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 N, DIM, STEPS = 5, 3, 4

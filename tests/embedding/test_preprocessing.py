@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from embedding import combiners
 from embedding import preprocessing as pp
-from tests.embedding.duck_configs import Feature, Table
+from tests.helpers.duck_configs import Feature, Table
 
 SETTINGS = hypothesis.settings(max_examples=30, deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
 

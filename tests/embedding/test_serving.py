@@ -11,13 +11,13 @@ import tensorflow as tf
 from embedding import config, optimizers
 from embedding.serving import TPUEmbeddingForServing, serving_embedding_lookup
 from embedding.tpu_embedding import TPUEmbedding
-from tests.embedding.test_tpu_embedding import (
+from tests.helpers.tables import engine_state
+from tests.helpers.two_table_model import (
     CPUS,
     DIM,
     GLOBAL_BATCH,
     VOCAB,
     distributed_iterator,
-    engine_state,
     feature_config,
     mirrored,
     reference_activations,

@@ -6,8 +6,9 @@ import tensorflow as tf
 
 from embedding import checkpointing, config, optimizers
 from embedding.sharded_table import ShardedTable, ShardLayout
-from tests.devices import logical_cpus
-from tests.embedding import numpy_reference as ref
+from tests.helpers.devices import logical_cpus
+from tests.oracles import optimizers as ref
+from tests.oracles import tables as tables_oracle
 
 CPUS = logical_cpus()
 GRAPH_CPUS = [f"/cpu:{k}" for k in range(4)]
@@ -108,13 +109,10 @@ def _grads(step, ids):
 
 
 def _reference(kind, kwargs, lazy, steps=STEPS, lr=None):
-    init_kwargs = {k: v for k, v in kwargs.items() if k == "initial_accumulator_value"}
-    state = ref.init_state(kind, _full(), **init_kwargs)
-    for i, (ids, _) in enumerate(steps):
-        state = ref.lazy_table_step(
-            kind, state, ids, _grads(i, ids), lr if lr is not None else _LR[kind], lazy=lazy, **kwargs
-        )
-    return state
+    gradient_steps = [(ids, _grads(i, ids)) for i, (ids, _) in enumerate(steps)]
+    return tables_oracle.train_table(
+        kind, _full(), gradient_steps, lr if lr is not None else _LR[kind], lazy=lazy, **kwargs
+    )
 
 
 _LR = {"sgd": 0.1, "adagrad": 0.1, "adagrad_momentum": 0.1, "adam": 0.05, "ftrl": 0.1}

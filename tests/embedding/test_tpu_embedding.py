@@ -1,12 +1,7 @@
 """TPUEmbedding (TF2 mid-level API) on MirroredStrategy / OneDeviceStrategy / the default strategy.
 
-The model: features `user` (ragged, weighted, table A), `item` (sparse, table A) and `cat` (dense `[B, 1]`, table
-B, sum). Loss per feature `sum(T * a) + 0.5 * sum(a^2)`, so `dL/da = T + a`. The NumPy reference (written from
-docs/SEMANTICS.md 9-10, independent of `embedding/`) computes the activations of the GLOBAL batch with the parameters
-before the step, sums every occurrence's gradient per unique id over all samples, replicas and features sharing a
-table, and applies the rule once per id (`numpy_reference.lazy_table_step`).
-
-The helpers above the tests are shared with the other mid-level API test modules.
+The model, its inputs and its NumPy reference are in `tests.helpers.two_table_model` (shared with the other
+mid-level API test modules); the reference formulas are in `tests.oracles`.
 """
 
 import numpy as np
@@ -16,227 +11,28 @@ import tensorflow as tf
 import embedding
 from embedding import config, optimizers
 from embedding.tpu_embedding import TPUEmbedding
-from tests.devices import logical_cpus
-from tests.embedding import numpy_reference as ref
-
-CPUS = logical_cpus()
-VOCAB = {"A": 13, "B": 7}
-DIM = {"A": 4, "B": 3}
-TABLE_OF = {"user": "A", "item": "A", "cat": "B"}
-GLOBAL_BATCH = 4
-NUM_STEPS = 3
-ITEM_WIDTH = 3
-
-# Per sample: user (ids, weights) with duplicates and empty rows; item ids; cat id.
-USER = [
-    ([3, 3, 5], [1.0, 2.0, 0.5]),
-    ([0], [3.0]),
-    ([], []),
-    ([12], [0.5]),
-    ([7, 7, 7], [1.0, 1.0, 2.0]),
-    ([1, 2], [1.0, 1.5]),
-    ([4, 4], [1.0, 1.0]),
-    ([9], [2.0]),
-    ([3, 0], [1.0, 0.5]),
-    ([5], [1.0]),
-    ([3], [2.0]),
-    ([11, 3], [0.5, 0.5]),
-]
-ITEM = [[5, 12], [3], [0, 0], [], [2], [7, 1], [9], [4], [], [3, 3, 5], [6], [0]]
-CAT = [1, 6, 1, 0, 0, 3, 2, 5, 2, 1, 1, 4]
-_rng = np.random.RandomState(42)
-TARGETS = {f: _rng.normal(size=(len(CAT), DIM[TABLE_OF[f]])).astype(np.float32) for f in sorted(TABLE_OF)}
-
-CASES = {
-    "sgd": (lambda: optimizers.SGD(0.1), "sgd", {}, 0.1),
-    "adagrad": (lambda: optimizers.Adagrad(0.2), "adagrad", {}, 0.2),
-    "adam": (lambda: optimizers.Adam(0.05), "adam", {}, 0.05),
-    "ftrl": (
-        lambda: optimizers.FTRL(0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.01, beta=0.1),
-        "ftrl",
-        dict(l1=0.01, l2=0.01, beta=0.1),
-        0.2,
-    ),
-}
-
-
-def initial(table):
-    seed = {"A": 1, "B": 2}[table]
-    return np.random.RandomState(seed).normal(size=(VOCAB[table], DIM[table])).astype(np.float32)
-
-
-def feature_config(optimizer_a=None, combiner_a="mean"):
-    a = config.TableConfig(
-        VOCAB["A"],
-        DIM["A"],
-        initializer=tf.constant_initializer(initial("A")),
-        combiner=combiner_a,
-        name="A",
-        optimizer=optimizer_a,
-    )
-    b = config.TableConfig(
-        VOCAB["B"], DIM["B"], initializer=tf.constant_initializer(initial("B")), combiner="sum", name="B"
-    )
-    return {"user": config.FeatureConfig(a), "item": config.FeatureConfig(a), "cat": config.FeatureConfig(b)}
-
-
-def mirrored(num_replicas):
-    return tf.distribute.MirroredStrategy(CPUS[:num_replicas])
-
-
-# ------------------------------------------------------------------------------------------------ inputs
-def all_samples():
-    """(features, user weights, targets) of every sample, for `Dataset.from_tensor_slices`."""
-    user = tf.ragged.constant([u for u, _ in USER], dtype=tf.int64, ragged_rank=1)
-    user_w = tf.ragged.constant([w for _, w in USER], dtype=tf.float32, ragged_rank=1)
-    indices = [[b, j] for b, row in enumerate(ITEM) for j in range(len(row))]
-    item = tf.SparseTensor(
-        tf.constant(indices, tf.int64), tf.constant([i for r in ITEM for i in r], tf.int32), [len(ITEM), ITEM_WIDTH]
-    )
-    cat = tf.constant(np.array(CAT, np.int64)[:, None])
-    return {"user": user, "item": item, "cat": cat}, user_w, {f: tf.constant(t) for f, t in TARGETS.items()}
-
-
-def sample_slice(start, stop):
-    """(features, weights, targets) of samples [start, stop) as plain tensors."""
-    features, user_w, targets = all_samples()
-    return (
-        {
-            "user": features["user"][start:stop],
-            "item": tf.sparse.slice(features["item"], [start, 0], [stop - start, ITEM_WIDTH]),
-            "cat": features["cat"][start:stop],
-        },
-        {"user": user_w[start:stop], "item": None, "cat": None},
-        {f: t[start:stop] for f, t in targets.items()},
-    )
-
-
-def make_dataset_fn(num_replicas):
-    """Per-replica batches in sample order: replica r of step t gets samples of batch `t * R + r`."""
-
-    def fn(ctx):
-        per_replica = ctx.get_per_replica_batch_size(GLOBAL_BATCH)
-        assert per_replica * num_replicas == GLOBAL_BATCH
-        return tf.data.Dataset.from_tensor_slices(all_samples()).batch(per_replica, drop_remainder=True)
-
-    return fn
-
-
-def distributed_iterator(strategy):
-    dist = strategy.distribute_datasets_from_function(
-        make_dataset_fn(strategy.num_replicas_in_sync),
-        options=tf.distribute.InputOptions(experimental_fetch_to_device=False),
-    )
-    return iter(dist)
-
-
-def loss_fn(acts, targets):
-    return tf.add_n([tf.reduce_sum(targets[f] * acts[f]) + 0.5 * tf.reduce_sum(acts[f] ** 2) for f in sorted(acts)])
-
-
-def with_weights(user_w):
-    return {"user": user_w, "item": None, "cat": None}
-
-
-# ------------------------------------------------------------------------------------------------ reference
-def _samples(feature, b):
-    if feature == "user":
-        return USER[b]
-    if feature == "item":
-        return ITEM[b], [1.0] * len(ITEM[b])
-    return [CAT[b]], [1.0]
-
-
-def reference_activations(params, start, stop, combiner_a="mean"):
-    """`{feature: [stop - start, dim]}` from `params = {table: [V, D]}`."""
-    combiners = {"A": combiner_a, "B": "sum"}
-    out = {}
-    for feature, t in TABLE_OF.items():
-        act = np.zeros((stop - start, DIM[t]))
-        for b in range(start, stop):
-            ids, weights = _samples(feature, b)
-            if ids:
-                act[b - start] = ref.combiner_scale(weights, combiners[t]) * sum(
-                    w * params[t][i] for i, w in zip(ids, weights)
-                )
-        out[feature] = act
-    return out
-
-
-def reference_training(kind, kwargs, lr, num_steps=NUM_STEPS, combiner_a="mean"):
-    """Full-table state `{table: {'params': ..., slot: ...}}` after `num_steps` global steps."""
-    combiners = {"A": combiner_a, "B": "sum"}
-    state = {t: ref.init_state(kind, initial(t)) for t in VOCAB}
-    for step in range(num_steps):
-        start, stop = step * GLOBAL_BATCH, (step + 1) * GLOBAL_BATCH
-        acts = reference_activations({t: s["params"] for t, s in state.items()}, start, stop, combiner_a)
-        occurrences = {t: ([], []) for t in VOCAB}
-        for feature, t in TABLE_OF.items():
-            grad = TARGETS[feature][start:stop] + acts[feature]
-            for b in range(start, stop):
-                ids, weights = _samples(feature, b)
-                for i, w in zip(ids, weights):
-                    occurrences[t][0].append(i)
-                    occurrences[t][1].append(w * ref.combiner_scale(weights, combiners[t]) * grad[b - start])
-        for t in VOCAB:
-            ids, grads = occurrences[t]
-            state[t] = ref.lazy_table_step(kind, state[t], np.array(ids), np.array(grads), lr, **kwargs)
-    return state
-
-
-def engine_state(engine):
-    return {
-        name: dict(params=t.read_full_table().numpy(), **{s: t.read_full_slot(s).numpy() for s in t.slot_names})
-        for name, t in engine.tables.items()
-    }
-
-
-def assert_state_close(got, expected, tol=1e-5):
-    for t in expected:
-        for key in expected[t]:
-            np.testing.assert_allclose(got[t][key], expected[t][key], rtol=tol, atol=tol, err_msg=f"{t}/{key}")
-
-
-# ------------------------------------------------------------------------------------------ seed examples
-def seed_training_step(strategy, embedding):
-    """The seed page's training step, TPUStrategy replaced by `strategy`."""
-
-    @tf.function
-    def training_step(dataset_iterator, num_steps):
-        def tpu_step(tpu_features):
-            with tf.GradientTape() as tape:
-                activations = embedding.dequeue()
-                tape.watch(activations)
-                loss = loss_fn(activations, tpu_features)
-            embedding_gradients = tape.gradient(loss, activations)
-            embedding.apply_gradients(embedding_gradients)
-
-        for _ in tf.range(num_steps):
-            embedding_features, user_w, tpu_features = next(dataset_iterator)
-            embedding.enqueue(embedding_features, weights=with_weights(user_w), training=True)
-            strategy.run(tpu_step, args=(tpu_features,))
-
-    return training_step
-
-
-def seed_evaluation_step(strategy, embedding, outputs):
-    """The seed page's evaluation step; activations are written to `outputs` (a list of variables)."""
-
-    @tf.function
-    def evaluation_step(dataset_iterator, num_steps):
-        def tpu_step(tpu_features):
-            activations = embedding.dequeue()
-            return activations
-
-        for i in tf.range(num_steps):
-            embedding_features, user_w, tpu_features = next(dataset_iterator)
-            embedding.enqueue(embedding_features, weights=with_weights(user_w), training=False)
-            per_replica = strategy.run(tpu_step, args=(tpu_features,))
-            for f in sorted(TABLE_OF):
-                local = strategy.experimental_local_results(per_replica[f])
-                outputs[f].scatter_nd_update([[i]], tf.concat(local, 0)[None])
-
-    return evaluation_step
+from tests.helpers.tables import assert_state_close, engine_state
+from tests.helpers.two_table_model import (
+    CASES,
+    CAT,
+    CPUS,
+    DIM,
+    GLOBAL_BATCH,
+    NUM_STEPS,
+    TABLE_OF,
+    VOCAB,
+    distributed_iterator,
+    feature_config,
+    initial,
+    loss_fn,
+    mirrored,
+    reference_activations,
+    reference_training,
+    sample_slice,
+    seed_evaluation_step,
+    seed_training_step,
+    with_weights,
+)
 
 
 @pytest.mark.parametrize("num_replicas", [1, 2])

@@ -8,12 +8,11 @@ from embedding import config, optimizers, preprocessing
 from embedding.serving import TPUEmbeddingForServing
 from embedding.tpu_embedding import TPUEmbedding
 from embedding.tpu_embedding_v2 import TPUEmbeddingV2
-from tests.embedding.test_tpu_embedding import (
+from tests.helpers.tables import assert_state_close, engine_state
+from tests.helpers.two_table_model import (
     CASES,
     NUM_STEPS,
-    assert_state_close,
     distributed_iterator,
-    engine_state,
     feature_config,
     initial,
     loss_fn,

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
-from tests.embedding import numpy_reference as ref
+from tests.oracles import tables as tables_oracle
 from tpu_estimator import experimental as tex
 
 RNG = np.random.RandomState(7)
@@ -80,35 +80,32 @@ def numpy_training(kind, steps, lr, multiplier=1.0, stale=False, **hparams):
     With `stale`, step t looks up the tables before step t-1's update is applied (pipelined execution);
     the last update is applied at the end.
     """
-    tables = {name: ref.init_state(kind, np.full((v, 4), INIT[name]), **hparams) for name, v in (("t1", 10), ("t2", 7))}
-    pending = None
-    for s in range(steps + (1 if stale else 0)):
-        if stale and s == steps:
-            tables = pending(tables)
-            break
+
+    def samples(s):
         rows = np.arange(s * G, (s + 1) * G) % N
-        a, b, c, y = A[rows], B[rows], C[rows], Y[rows]
-        t1, t2 = tables["t1"]["params"], tables["t2"]["params"]
-        act_a, act_b, act_c = t1[a].mean(axis=1), t2[b], t1[c[:, 0]]
-        logit = np.concatenate([act_a, act_b, act_c], axis=1) @ W
-        dlogit = 2.0 * (logit - y) / G * multiplier
-        g_a, g_b, g_c = np.outer(dlogit, W[0:4]), np.outer(dlogit, W[4:8]), np.outer(dlogit, W[8:12])
-        ids1 = np.concatenate([a.reshape(-1), c[:, 0]])
-        grads1 = np.concatenate([np.repeat(g_a / 3.0, 3, axis=0), g_c])
+        return {
+            "a": [(list(A[r]), [1.0] * A.shape[1]) for r in rows],
+            "b": [([B[r]], [1.0]) for r in rows],
+            "c": [([C[r, 0]], [1.0]) for r in rows],
+        }
 
-        def update(tables, ids1=ids1, grads1=grads1, b=b, g_b=g_b):
-            return {
-                "t1": ref.lazy_table_step(kind, tables["t1"], ids1, grads1, lr, **hparams),
-                "t2": ref.lazy_table_step(kind, tables["t2"], b, g_b, lr, **hparams),
-            }
+    def activation_gradients(s, acts):
+        rows = np.arange(s * G, (s + 1) * G) % N
+        logit = np.concatenate([acts["a"], acts["b"], acts["c"]], axis=1) @ W
+        dlogit = 2.0 * (logit - Y[rows]) / G * multiplier
+        return {"a": np.outer(dlogit, W[0:4]), "b": np.outer(dlogit, W[4:8]), "c": np.outer(dlogit, W[8:12])}
 
-        if stale:
-            if pending is not None:
-                tables = pending(tables)
-            pending = update
-        else:
-            tables = update(tables)
-    return tables
+    return tables_oracle.train_tables(
+        kind,
+        {"t1": np.full((10, 4), INIT["t1"]), "t2": np.full((7, 4), INIT["t2"])},
+        {"a": "t1", "b": "t2", "c": "t1"},
+        {"t1": "mean", "t2": "mean"},
+        [samples(s) for s in range(steps)],
+        activation_gradients,
+        lr,
+        stale=stale,
+        **hparams,
+    )
 
 
 CASES = {

@@ -1,4 +1,4 @@
-"""NumPy reference models of the TPU embedding optimizers, written from docs/SEMANTICS.md section 9.
+"""NumPy reference of the TPU embedding optimizers: the per-optimizer update formulas (docs/SEMANTICS.md section 9).
 
 Independent of `embedding/`: hyper-parameters come in as plain keyword arguments, state is a dict of float64
 arrays. One call = one step on rows whose gradient is already summed over every occurrence of each id.
@@ -141,13 +141,3 @@ def lazy_table_step(
     for k in out:
         out[k][rows] = updated[k]
     return out
-
-
-def combiner_scale(weights, combiner: str) -> float:
-    """The factor a combiner applies to sum(w * row) over one output row (docs/SEMANTICS.md 9)."""
-    w = np.asarray(weights, np.float64)
-    if combiner == "sum":
-        return 1.0
-    if combiner == "mean":
-        return 1.0 / w.sum()
-    return 1.0 / np.sqrt((w**2).sum())

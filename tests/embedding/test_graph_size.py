@@ -1,0 +1,99 @@
+"""The TRAIN graph of the engine grows linearly with the number of tables (no per-table x per-table edges).
+
+Every table update must wait for the finiteness checks of ALL tables (a NaN in one table's gradient leaves every
+table unchanged). Making each op of each table's update depend on each check directly gives tables^2 control
+inputs; the engine funnels the checks through one gate op instead. These tests build the same model with T, 2T
+and 4T tables, 2 shards each, and compare the graph's node and control-input counts.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from embedding import config, optimizers
+from embedding.engine import EmbeddingEngine
+
+BATCH = 4
+TABLES = 6
+
+
+def _train_graph_counts(num_tables: int, optimizer) -> tuple:
+    """(nodes, control inputs) of a graph holding one engine TRAIN step over `num_tables` tables."""
+    graph = tf.Graph()
+    with graph.as_default():
+        feature_config = {
+            f"f{i:02d}": config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i:02d}")) for i in range(num_tables)
+        }
+        engine = EmbeddingEngine(feature_config, optimizer, num_shards=2, devices=["/cpu:0", "/cpu:0"])
+        ids = np.arange(BATCH * 3, dtype=np.int64).reshape(BATCH, 3) % 50
+        features = {key: tf.ragged.constant(ids.tolist(), dtype=tf.int64) for key in feature_config}
+        batches = engine.preprocess(features)
+        activations = engine.activations(batches)
+        loss = tf.add_n([tf.reduce_sum(tf.square(a)) for a in tf.nest.flatten(activations)])
+        grads = tf.gradients(loss, tf.nest.flatten(activations))
+        engine.apply_gradients(batches, tf.nest.pack_sequence_as(activations, grads))
+    graph_def = graph.as_graph_def()
+    control = sum(1 for node in graph_def.node for name in node.input if name.startswith("^"))
+    return len(graph_def.node), control
+
+
+def _assert_linear(optimizer) -> None:
+    (n1, c1), (n2, c2), (n4, c4) = (_train_graph_counts(t, optimizer) for t in (TABLES, 2 * TABLES, 4 * TABLES))
+    # Doubling the tables at most doubles the control inputs (plus a little for the shared gate).
+    assert c2 <= 2.2 * c1, (c1, c2)
+    assert c4 <= 2.2 * c2, (c2, c4)
+    # Every added table costs the same number of nodes and control inputs: T more tables cost what T did.
+    assert abs((n4 - n2) - 2 * (n2 - n1)) <= 0.05 * (n4 - n2), (n1, n2, n4)
+    assert abs((c4 - c2) - 2 * (c2 - c1)) <= 0.05 * (c4 - c2), (c1, c2, c4)
+
+
+def test_train_graph_is_linear_in_tables_sgd():
+    _assert_linear(optimizers.SGD(0.1))
+
+
+def test_train_graph_is_linear_in_tables_adagrad():
+    _assert_linear(optimizers.Adagrad(0.1))
+
+
+def test_apply_table_gradients_graph_is_linear_in_tables():
+    """The entry point of the pipelined path and the mid-level APIs: checks inside, same single gate."""
+
+    def counts(num_tables):
+        graph = tf.Graph()
+        with graph.as_default():
+            feature_config = [config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i}")) for i in range(num_tables)]
+            engine = EmbeddingEngine(feature_config, optimizers.Adagrad(0.1), num_shards=2)
+            ids = {f"t{i}": tf.constant([1, 7, 30], tf.int64) for i in range(num_tables)}
+            grads = {name: tf.ones([3, 4]) for name in ids}
+            before = len(graph.as_graph_def().node)
+            engine.apply_table_gradients(ids, grads)
+        graph_def = graph.as_graph_def()
+        control = sum(1 for node in graph_def.node for name in node.input if name.startswith("^"))
+        return len(graph_def.node) - before, control
+
+    (n1, c1), (n2, c2) = counts(TABLES), counts(2 * TABLES)
+    assert c2 <= 2.2 * c1, (c1, c2)
+    assert n2 <= 2.2 * n1, (n1, n2)
+
+
+def test_one_gate_still_holds_every_table_until_every_check_passed():
+    """apply_table_gradients in a graph: a NaN gradient of the LAST table leaves the first ones unchanged."""
+    with tf.Graph().as_default():
+        feature_config = [config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i}")) for i in range(3)]
+        engine = EmbeddingEngine(feature_config, optimizers.SGD(0.5), num_shards=2)
+        ids = {f"t{i}": tf.constant([1, 7, 30], tf.int64) for i in range(3)}
+        poison = tf.compat.v1.placeholder_with_default(1.0, [])
+        grads = {"t0": tf.ones([3, 4]), "t1": tf.ones([3, 4]), "t2": tf.ones([3, 4]) * poison}
+        update = engine.apply_table_gradients(ids, grads)
+        tables = {name: t.read_full_table() for name, t in engine.tables.items()}
+        with tf.compat.v1.Session() as sess:
+            sess.run(engine.initializer)
+            before = sess.run(tables)
+            with pytest.raises(tf.errors.InvalidArgumentError, match="table 't2'"):
+                sess.run(update, {poison: np.nan})
+            unchanged = sess.run(tables)
+            sess.run(update)
+            after = sess.run(tables)
+    for name in before:
+        np.testing.assert_array_equal(unchanged[name], before[name])
+        np.testing.assert_allclose(after[name][[1, 7, 30]], before[name][[1, 7, 30]] - 0.5, rtol=1e-6)
