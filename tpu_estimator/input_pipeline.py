@@ -132,12 +132,10 @@ class _Source(object):
         with tf.device(self._device):
             optional = self._iterator.get_next_as_optional()
             spec = self._iterator.element_spec
-            empty = tf.nest.map_structure(lambda s: tf.zeros([0] + s.shape.as_list()[1:], s.dtype), spec)
+            empty = tf.nest.map_structure(_empty_batch, spec)
             element = tf.cond(optional.has_value(), optional.get_value, lambda: empty)
-            element = tf.nest.map_structure(
-                lambda t, s: tf.ensure_shape(t, [None] + s.shape.as_list()[1:]), element, spec
-            )
-            raise_end = lambda: tf.size(tf.nest.flatten(self._iterator.get_next())[0]) < 0
+            element = tf.nest.map_structure(_with_unknown_batch, element, spec)
+            raise_end = lambda: tf.size(tf.nest.flatten(self._iterator.get_next(), expand_composites=True)[0]) < 0
             return split_features_and_labels(element), optional.has_value(), raise_end
 
     def get_next(self) -> Tuple[Any, Any]:
@@ -148,6 +146,23 @@ class _Source(object):
             if not isinstance(flat, (list, tuple)):
                 flat = [flat]
             return tf.nest.pack_sequence_as(self._structure, list(flat))
+
+
+def _empty_batch(spec: tf.TypeSpec) -> Any:
+    """A 0-row value of a batched element spec (dense or sparse)."""
+    if isinstance(spec, tf.SparseTensorSpec):
+        dense_shape = [0] + [0 if d is None else d for d in spec.shape.as_list()[1:]]
+        return tf.SparseTensor(
+            tf.zeros([0, len(dense_shape)], tf.int64), tf.zeros([0], spec.dtype), tf.constant(dense_shape, tf.int64)
+        )
+    return tf.zeros([0] + spec.shape.as_list()[1:], spec.dtype)
+
+
+def _with_unknown_batch(value: Any, spec: tf.TypeSpec) -> Any:
+    """`value` with the static shape of `spec` and an unknown batch dimension (sparse values pass unchanged)."""
+    if isinstance(value, tf.SparseTensor):
+        return value
+    return tf.ensure_shape(value, [None] + spec.shape.as_list()[1:])
 
 
 def _check_static_shapes(features: Any, labels: Any) -> None:
@@ -258,7 +273,8 @@ class InputPipeline(object):
                         has_values.append(has_value)
                     else:
                         features, labels = self._sources[0].get_next()
-                previous = tf.nest.flatten((features, labels))[0]
+                # Composites are expanded: a SparseTensor cannot be a control input, its component tensors can.
+                previous = tf.nest.flatten((features, labels), expand_composites=True)[0]
                 if ctx.mode == ModeKeys.PREDICT:
                     (features, labels), mask = self._pad((features, labels), ctx.global_batch_size // num)
                     masks.append(mask)

@@ -172,7 +172,8 @@ class ShardedModeBuilder(object):
         def enqueue_step(index):
             per_replica, batches = self._bridge.preprocess(pipeline.next_step(), ctx.host_device)
             structure = (per_replica, batches)
-            flat = tf.nest.flatten(structure, expand_composites=True)
+            # Absent parts (labels=None of a features-only input_fn) stay in the structure, not in the queue.
+            flat = [t for t in tf.nest.flatten(structure, expand_composites=True) if t is not None]
             if "queue" not in built:
                 graph = tf.compat.v1.get_default_graph()
                 flow = graph._get_control_flow_context()
@@ -208,7 +209,11 @@ class ShardedModeBuilder(object):
                 values = list(values) if isinstance(values, (list, tuple)) else [values]
                 for value, original in zip(values, flat):
                     value.set_shape(original.shape)
-                step_inputs, step_batches = tf.nest.pack_sequence_as(structure, values, expand_composites=True)
+                values = iter(values)
+                leaves = [
+                    None if t is None else next(values) for t in tf.nest.flatten(structure, expand_composites=True)
+                ]
+                step_inputs, step_batches = tf.nest.pack_sequence_as(structure, leaves, expand_composites=True)
             return self._bridge.attach_activations(step_inputs, step_batches, ctx.host_device), step_batches
 
         return dequeue, hook

@@ -8,8 +8,8 @@ import tensorflow as tf
 from tpu_estimator import _estimator_lib, _tf_internal, embedding_bridge, sharded_modes
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
-from tpu_estimator import rewrite as rewrite_lib
 from tpu_estimator.context import ShardingContext
+from tpu_estimator.rewrite import rewrite
 from tpu_estimator.spec import TPUEstimatorSpec
 from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, check_positive_integer, parse_iterations_per_loop
 
@@ -289,7 +289,7 @@ class TPUEstimator(_estimator_lib.Estimator):
 
         if self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1):
             captured = []
-            rewrite_lib.rewrite(lambda: captured.append(build()))
+            rewrite(lambda: captured.append(build()))
             return captured[0]
         return build()
 
