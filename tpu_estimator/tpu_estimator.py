@@ -5,13 +5,14 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, embedding_bridge, sharded_modes
+from tpu_estimator import _estimator_lib, _tf_internal, embedding_bridge, eval_step, predict_step, sharded_step
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.context import ShardingContext
 from tpu_estimator.rewrite import rewrite
-from tpu_estimator.spec import TPUEstimatorSpec
+from tpu_estimator.spec import TPUEstimatorSpec, call_user_model_fn
 from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, check_positive_integer, parse_iterations_per_loop
+from tpu_estimator.train_loop import TrainLoop, TrainLoopSettings
 
 ModeKeys = _estimator_lib.ModeKeys
 _RESERVED_PARAMS_KEYS = ["batch_size", "context"]
@@ -135,7 +136,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             self._log_every_n_steps = None
         config = config.replace(log_step_count_steps=None)
         super(TPUEstimator, self).__init__(
-            model_fn=self._augment_model_fn(model_fn, batch_axis),
+            model_fn=self._augment_model_fn(model_fn),
             model_dir=model_dir,
             config=config,
             params=params or {},
@@ -207,7 +208,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             check_positive_integer(steps, "Train steps")
         if max_steps is not None:
             check_positive_integer(max_steps, "Train max_steps")
-        return [sharded_modes.LoopStopHookFromGraph(self._iterations_per_training_loop, steps, max_steps)]
+        return [hooks_lib.LoopStopHook(self._iterations_per_training_loop, steps, max_steps)]
 
     def _convert_eval_steps_to_hooks(self, steps):
         ctx = self._sharding_context(ModeKeys.EVAL)
@@ -219,7 +220,7 @@ class TPUEstimator(_estimator_lib.Estimator):
 
     # ---- model_fn wrapping ----------------------------------------------------------------------------------
 
-    def _augment_model_fn(self, model_fn, batch_axis):
+    def _augment_model_fn(self, model_fn):
         """The Estimator-facing `model_fn`: CPU path, export path, or the sharded modes."""
 
         def _model_fn(features, labels, mode, config, params):
@@ -230,11 +231,35 @@ class TPUEstimator(_estimator_lib.Estimator):
             ctx = self._sharding_context(mode)
             if isinstance(features, DeferredInput):
                 ctx.validate()
-                builder = sharded_modes.ShardedModeBuilder(self, model_fn, ctx, config, params, batch_axis)
-                return builder.build(features, mode)
+                return self._call_on_shards(model_fn, features, mode, config, params, ctx)
             return self._call_on_cpu(model_fn, features, labels, mode, config, params, ctx, is_export_mode)
 
         return _model_fn
+
+    def _call_on_shards(self, model_fn, deferred_input: DeferredInput, mode, config, params, ctx):
+        settings = sharded_step.ShardedSettings(
+            model_fn=model_fn,
+            config=config,
+            params=params,
+            batch_axis=self._batch_axis,
+            embedding_config_spec=self._embedding_config_spec,
+        )
+        if mode == ModeKeys.TRAIN:
+            loop = TrainLoopSettings(
+                iterations_per_loop=self._iterations_per_training_loop,
+                log_every_n_steps=self._log_every_n_steps,
+                log_every_n_secs=self._log_every_n_secs,
+                host_call_every_n_steps=self._config.tpu_config.experimental_host_call_every_n_steps,
+                summary_dir=self._summary_dir(),
+            )
+            return TrainLoop(settings, loop, ctx).build(deferred_input.call)
+        if mode == ModeKeys.EVAL:
+            return eval_step.build_eval(settings, ctx, deferred_input.call)
+        return predict_step.build_predict(settings, ctx, deferred_input.call)
+
+    def _summary_dir(self) -> Optional[str]:
+        """Where examples/sec summaries go: the model_dir, unless summaries are off."""
+        return self.model_dir if self._config.save_summary_steps else None
 
     def _call_on_cpu(self, model_fn, features, labels, mode, config, params, ctx, is_export_mode):
         params = dict(params)
@@ -251,10 +276,15 @@ class TPUEstimator(_estimator_lib.Estimator):
                 _tf_internal.order_variable_writes_after(host_calls_lib.flatten_tensors(spec.host_call), model_ops)
             spec = spec.as_estimator_spec()
         if mode == ModeKeys.TRAIN and not is_export_mode:
-            spec = spec._replace(
-                training_hooks=tuple(spec.training_hooks)
-                + tuple(self._progress_hooks(ctx, spec.loss, every_n_runs=self._log_every_n_steps))
+            progress = hooks_lib.progress_hooks(
+                spec.loss,
+                ctx.global_batch_size,
+                every_n_steps=self._log_every_n_steps,
+                every_n_secs=self._log_every_n_secs,
+                every_n_runs=self._log_every_n_steps,
+                output_dir=self._summary_dir(),
             )
+            spec = spec._replace(training_hooks=tuple(spec.training_hooks) + tuple(progress))
         return spec
 
     def _embedding_features_on_cpu(self, features, mode):
@@ -334,55 +364,3 @@ class TPUEstimator(_estimator_lib.Estimator):
                 check_variables=first,
                 strip_default_attrs=strip_default_attrs,
             )
-
-    def _progress_hooks(self, ctx: ShardingContext, loss, every_n_runs: Optional[int]):
-        """Loss/step logging and examples/sec, as upstream installs them."""
-        hooks = []
-        if self._log_every_n_steps is None and self._log_every_n_secs is None:
-            return hooks
-        global_step = tf.compat.v1.train.get_global_step()
-        if every_n_runs is not None:
-            hooks.append(
-                tf.compat.v1.train.LoggingTensorHook({"loss": loss, "step": global_step}, every_n_iter=every_n_runs)
-            )
-        else:
-            hooks.append(
-                tf.compat.v1.train.LoggingTensorHook(
-                    {"loss": loss, "step": global_step}, every_n_secs=self._log_every_n_secs
-                )
-            )
-        output_dir = self.model_dir if self._config.save_summary_steps else None
-        hooks.append(
-            hooks_lib.ExamplesPerSecondHook(
-                ctx.global_batch_size,
-                every_n_steps=self._log_every_n_steps,
-                every_n_secs=self._log_every_n_secs,
-                output_dir=output_dir,
-            )
-        )
-        return hooks
-
-
-def call_user_model_fn(model_fn, features, labels, mode, config, params):
-    """Calls the user's `model_fn` with the arguments it declares, as upstream does.
-
-    Raises:
-      ValueError: `model_fn` lacks `params`, or does not take labels while the input has them.
-    """
-    model_fn_args = _estimator_lib.fn_args(model_fn)
-    kwargs = {}
-    if "labels" in model_fn_args:
-        kwargs["labels"] = labels
-    elif labels is not None:
-        raise ValueError("model_fn does not take labels, but input_fn returns labels.")
-    if "mode" in model_fn_args:
-        kwargs["mode"] = mode
-    if "config" in model_fn_args:
-        kwargs["config"] = config
-    if "params" not in model_fn_args:
-        raise ValueError(
-            "model_fn ({}) does not include params argument, required by TPUEstimator to pass batch "
-            "size as params['batch_size']".format(model_fn)
-        )
-    kwargs["params"] = params
-    return model_fn(features=features, **kwargs)
