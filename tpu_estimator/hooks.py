@@ -1,5 +1,6 @@
 """Session hooks of the training loop: loop sizing and stopping, progress (loss/step logging, examples/sec), SIGINT."""
 
+import dataclasses
 import math
 import signal
 import time
@@ -174,35 +175,46 @@ def logging_every_n_runs(log_every_n_steps: int, iterations_per_loop: Iterations
     return max(1, int(math.ceil(log_every_n_steps / float(iterations_per_loop.value))))
 
 
+@dataclasses.dataclass(frozen=True)
+class ProgressSettings:
+    """When TRAIN reports progress (loss/step logging, examples/sec).
+
+    Attributes:
+      every_n_steps: `RunConfig.log_step_count_steps` (None with a time `iterations_per_loop`).
+      every_n_secs: the period of a time `iterations_per_loop` (else None).
+      output_dir: where examples/sec summaries are written (None: no summaries).
+    """
+
+    every_n_steps: Optional[int]
+    every_n_secs: Optional[int]
+    output_dir: Optional[str]
+
+
 def progress_hooks(
-    loss: tf.Tensor,
-    global_batch_size: Optional[int],
-    every_n_steps: Optional[int],
-    every_n_secs: Optional[int],
-    every_n_runs: Optional[int],
-    output_dir: Optional[str],
+    loss: tf.Tensor, global_batch_size: Optional[int], settings: ProgressSettings, every_n_runs: Optional[int]
 ) -> List[tf.compat.v1.train.SessionRunHook]:
     """Loss/step logging and examples/sec, as upstream's TPUEstimator installs them.
 
     Args:
       loss: the loss tensor that is logged.
       global_batch_size: examples per step (for examples/sec).
-      every_n_steps: `RunConfig.log_step_count_steps` (None with a time `iterations_per_loop`).
-      every_n_secs: the period of a time `iterations_per_loop` (else None).
-      every_n_runs: log the loss every this many `Session.run`s; None logs every `every_n_secs` instead.
-      output_dir: where examples/sec summaries go (None: no summaries).
+      settings: the reporting cadence and summary directory.
+      every_n_runs: log the loss every this many `Session.run`s; None logs every `settings.every_n_secs` instead.
 
     Returns:
       No hooks when neither `every_n_steps` nor `every_n_secs` is set, else the logging and examples/sec hooks.
     """
-    if every_n_steps is None and every_n_secs is None:
+    if settings.every_n_steps is None and settings.every_n_secs is None:
         return []
     tensors = {"loss": loss, "step": tf.compat.v1.train.get_global_step()}
     if every_n_runs is not None:
         logging = tf.compat.v1.train.LoggingTensorHook(tensors, every_n_iter=every_n_runs)
     else:
-        logging = tf.compat.v1.train.LoggingTensorHook(tensors, every_n_secs=every_n_secs)
+        logging = tf.compat.v1.train.LoggingTensorHook(tensors, every_n_secs=settings.every_n_secs)
     examples = ExamplesPerSecondHook(
-        global_batch_size, every_n_steps=every_n_steps, every_n_secs=every_n_secs, output_dir=output_dir
+        global_batch_size,
+        every_n_steps=settings.every_n_steps,
+        every_n_secs=settings.every_n_secs,
+        output_dir=settings.output_dir,
     )
     return [logging, examples]

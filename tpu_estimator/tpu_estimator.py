@@ -1,16 +1,13 @@
 """`TPUEstimator`: dispatches each mode to upstream's CPU path or to the shards."""
 
 import enum
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, embedding_bridge, eval_step, predict_step, sharded_step
+from tpu_estimator import _estimator_lib, cpu_path, eval_step, predict_step, sharded_step
 from tpu_estimator import hooks as hooks_lib
-from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.context import ShardingContext
-from tpu_estimator.rewrite import rewrite
-from tpu_estimator.spec import TPUEstimatorSpec, call_user_model_fn
 from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, check_positive_integer, parse_iterations_per_loop
 from tpu_estimator.train_loop import TrainLoop, TrainLoopSettings
 
@@ -227,12 +224,15 @@ class TPUEstimator(_estimator_lib.Estimator):
             is_export_mode = not self._is_input_fn_invoked
             self._is_input_fn_invoked = None
             if mode == INFERENCE_ON_TPU_MODE:
-                return self._call_for_tpu_export(model_fn, features, labels, config, params)
+                wrap_in_rewrite = self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1)
+                settings = self._cpu_settings(model_fn, config, params)
+                return cpu_path.call_for_tpu_export(settings, features, labels, wrap_in_rewrite)
             ctx = self._sharding_context(mode)
             if isinstance(features, DeferredInput):
                 ctx.validate()
                 return self._call_on_shards(model_fn, features, mode, config, params, ctx)
-            return self._call_on_cpu(model_fn, features, labels, mode, config, params, ctx, is_export_mode)
+            settings = self._cpu_settings(model_fn, config, params)
+            return cpu_path.call_on_cpu(settings, features, labels, mode, ctx, is_export_mode)
 
         return _model_fn
 
@@ -247,81 +247,29 @@ class TPUEstimator(_estimator_lib.Estimator):
         if mode == ModeKeys.TRAIN:
             loop = TrainLoopSettings(
                 iterations_per_loop=self._iterations_per_training_loop,
-                log_every_n_steps=self._log_every_n_steps,
-                log_every_n_secs=self._log_every_n_secs,
                 host_call_every_n_steps=self._config.tpu_config.experimental_host_call_every_n_steps,
-                summary_dir=self._summary_dir(),
+                progress=self._progress_settings(),
             )
             return TrainLoop(settings, loop, ctx).build(deferred_input.call)
         if mode == ModeKeys.EVAL:
             return eval_step.build_eval(settings, ctx, deferred_input.call)
         return predict_step.build_predict(settings, ctx, deferred_input.call)
 
-    def _summary_dir(self) -> Optional[str]:
-        """Where examples/sec summaries go: the model_dir, unless summaries are off."""
-        return self.model_dir if self._config.save_summary_steps else None
+    def _cpu_settings(self, model_fn, config, params) -> cpu_path.CpuSettings:
+        return cpu_path.CpuSettings(
+            model_fn=model_fn,
+            config=config,
+            params=params,
+            embedding_config_spec=self._embedding_config_spec,
+            progress=self._progress_settings(),
+        )
 
-    def _call_on_cpu(self, model_fn, features, labels, mode, config, params, ctx, is_export_mode):
-        params = dict(params)
-        if not is_export_mode and ctx.global_batch_size is not None:
-            params["batch_size"] = ctx.global_batch_size
-        params["use_tpu"] = False
-        features = self._embedding_features_on_cpu(features, mode)
-        graph = tf.compat.v1.get_default_graph()
-        first_op = len(graph.get_operations())
-        spec = call_user_model_fn(model_fn, features, labels, mode, config, params)
-        if isinstance(spec, TPUEstimatorSpec):
-            model_ops = graph.get_operations()[first_op:]
-            if spec.host_call is not None:
-                _tf_internal.order_variable_writes_after(host_calls_lib.flatten_tensors(spec.host_call), model_ops)
-            spec = spec.as_estimator_spec()
-        if mode == ModeKeys.TRAIN and not is_export_mode:
-            progress = hooks_lib.progress_hooks(
-                spec.loss,
-                ctx.global_batch_size,
-                every_n_steps=self._log_every_n_steps,
-                every_n_secs=self._log_every_n_secs,
-                every_n_runs=self._log_every_n_steps,
-                output_dir=self._summary_dir(),
-            )
-            spec = spec._replace(training_hooks=tuple(spec.training_hooks) + tuple(progress))
-        return spec
-
-    def _embedding_features_on_cpu(self, features, mode):
-        """Dict-configured embeddings off the shards: activations from plain lookups on the full tables.
-
-        Feature-column models need nothing: the columns look up their own variables on the CPU path.
-
-        Raises:
-          ValueError: training dict-configured embeddings on the CPU path (their optimizer runs on shards).
-        """
-        spec = self._embedding_config_spec
-        if spec is None or spec.feature_columns:
-            return features
-        if mode == ModeKeys.TRAIN:
-            raise ValueError(
-                "Training with an EmbeddingConfigSpec of feature_to_config_dict/table_to_config_dict needs "
-                "the shards: use use_tpu=True (any num_shards, also 1 on a CPU)."
-            )
-        return embedding_bridge.serving_features(spec, features)
-
-    def _call_for_tpu_export(self, model_fn, features, labels, config, params):
-        """The PREDICT graph of the {serve, tpu} metagraph: `params['use_tpu']=True`; API V1 wraps it in `rewrite`."""
-        params = dict(params)
-        params["use_tpu"] = True
-        mode = ModeKeys.PREDICT
-
-        def build():
-            spec = call_user_model_fn(
-                model_fn, self._embedding_features_on_cpu(features, mode), labels, mode, config, params
-            )
-            return spec.as_estimator_spec() if isinstance(spec, TPUEstimatorSpec) else spec
-
-        if self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1):
-            captured = []
-            rewrite(lambda: captured.append(build()))
-            return captured[0]
-        return build()
+    def _progress_settings(self) -> hooks_lib.ProgressSettings:
+        return hooks_lib.ProgressSettings(
+            every_n_steps=self._log_every_n_steps,
+            every_n_secs=self._log_every_n_secs,
+            output_dir=self.model_dir if self._config.save_summary_steps else None,
+        )
 
     def _add_meta_graph_for_mode(
         self,

@@ -19,7 +19,7 @@ input, drain the host calls and report progress (`hooks.py`).
 """
 
 import dataclasses
-from typing import Any, List, Optional
+from typing import Any, List
 
 import tensorflow as tf
 
@@ -40,17 +40,13 @@ class TrainLoopSettings:
 
     Attributes:
       iterations_per_loop: the parsed `TPUConfig.iterations_per_loop` (a count or a period).
-      log_every_n_steps: `RunConfig.log_step_count_steps` (None with a period `iterations_per_loop`).
-      log_every_n_secs: the period of a period `iterations_per_loop` (else None).
       host_call_every_n_steps: `TPUConfig.experimental_host_call_every_n_steps`.
-      summary_dir: where examples/sec summaries are written (None: no summaries).
+      progress: loss/step logging and examples/sec.
     """
 
     iterations_per_loop: IterationsPerLoopCounter
-    log_every_n_steps: Optional[int]
-    log_every_n_secs: Optional[int]
     host_call_every_n_steps: int
-    summary_dir: Optional[str]
+    progress: hooks_lib.ProgressSettings
 
 
 class TrainLoop(object):
@@ -206,15 +202,9 @@ class TrainLoop(object):
     # ---- after the loop --------------------------------------------------------------------------------------
 
     def _progress_hooks(self, loss: tf.Tensor) -> List[tf.compat.v1.train.SessionRunHook]:
-        loop = self._loop
+        progress = self._loop.progress
         every_n_runs = None
-        if loop.log_every_n_steps is not None:
-            every_n_runs = hooks_lib.logging_every_n_runs(loop.log_every_n_steps, loop.iterations_per_loop)
-        return hooks_lib.progress_hooks(
-            loss,
-            self._ctx.global_batch_size,
-            every_n_steps=loop.log_every_n_steps,
-            every_n_secs=loop.log_every_n_secs,
-            every_n_runs=every_n_runs,
-            output_dir=loop.summary_dir,
-        )
+        if progress.every_n_steps is not None:
+            # Hooks see one run per loop.
+            every_n_runs = hooks_lib.logging_every_n_runs(progress.every_n_steps, self._loop.iterations_per_loop)
+        return hooks_lib.progress_hooks(loss, self._ctx.global_batch_size, progress, every_n_runs)

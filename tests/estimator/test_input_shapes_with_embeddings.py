@@ -25,7 +25,7 @@ def _sparse(ids: np.ndarray) -> tf.SparseTensor:
     return tf.SparseTensor(np.stack([rows, cols], 1).astype(np.int64), ids.reshape(-1), ids.shape)
 
 
-def spec() -> tex.EmbeddingConfigSpec:
+def spec(pipelined: bool = False) -> tex.EmbeddingConfigSpec:
     return tex.EmbeddingConfigSpec(
         table_to_config_dict={
             "t1": tex.TableConfig(10, 4, initializer=tf.compat.v1.constant_initializer(0.1)),
@@ -33,6 +33,7 @@ def spec() -> tex.EmbeddingConfigSpec:
         },
         feature_to_config_dict={"a": tex.FeatureConfig("t1"), "b": tex.FeatureConfig("t2")},
         optimization_parameters=tex.AdagradParameters(0.5, initial_accumulator=0.1),
+        pipeline_execution_with_tensor_core=pipelined,
     )
 
 
@@ -63,7 +64,7 @@ def model_fn_without_labels(features, mode, params):
     return _spec_for(mode, _logit(features), labels)
 
 
-def estimator(model_dir, model_fn, num_shards=2, input_config=te.InputPipelineConfig.PER_HOST_V2):
+def estimator(model_dir, model_fn, num_shards=2, input_config=te.InputPipelineConfig.PER_HOST_V2, pipelined=False):
     config = te.RunConfig(
         model_dir=str(model_dir),
         tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=num_shards, per_host_input_for_training=input_config),
@@ -74,7 +75,7 @@ def estimator(model_dir, model_fn, num_shards=2, input_config=te.InputPipelineCo
         train_batch_size=G,
         eval_batch_size=G,
         predict_batch_size=G,
-        embedding_config_spec=spec(),
+        embedding_config_spec=spec(pipelined),
     )
 
 
@@ -145,11 +146,17 @@ def _features_only_predict_input_fn(params):
 
 
 @pytest.mark.parametrize(
-    "input_config", [te.InputPipelineConfig.PER_HOST_V1, te.InputPipelineConfig.PER_HOST_V2], ids=["v1", "v2"]
+    "input_config, pipelined",
+    [
+        (te.InputPipelineConfig.PER_HOST_V1, False),
+        (te.InputPipelineConfig.PER_HOST_V2, False),
+        (te.InputPipelineConfig.PER_HOST_V2, True),
+    ],
+    ids=["v1", "v2", "v2-pipelined"],
 )
-def test_features_only_input_trains_evaluates_and_predicts_as_features_and_labels(tmp_path, input_config):
-    features_only = estimator(tmp_path / "features_only", model_fn_without_labels, input_config=input_config)
-    with_labels = estimator(tmp_path / "with_labels", model_fn_with_labels, input_config=input_config)
+def test_features_only_input_trains_evaluates_and_predicts_as_features_and_labels(tmp_path, input_config, pipelined):
+    features_only = estimator(tmp_path / "features_only", model_fn_without_labels, 2, input_config, pipelined)
+    with_labels = estimator(tmp_path / "with_labels", model_fn_with_labels, 2, input_config, pipelined)
     features_only.train(_features_only_input_fn, max_steps=3)
     with_labels.train(_dense_input_fn, max_steps=3)
     _assert_same_values(_values(features_only), _values(with_labels))
