@@ -6,7 +6,7 @@ stages they have in common.
 """
 
 import dataclasses
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -46,7 +46,9 @@ class Replicas(NamedTuple):
     num_reductions: int
 
 
-def build_input_pipeline(settings: ShardedSettings, ctx: ShardingContext, call_input_fn) -> tuple:
+def build_input_pipeline(
+    settings: ShardedSettings, ctx: ShardingContext, call_input_fn: Callable[[TPUContext], Any]
+) -> Tuple[InputPipeline, List[tf.compat.v1.train.SessionRunHook]]:
     """Calls `input_fn` as the input mode says; returns `(pipeline, hooks that start the input)`."""
     pipeline = InputPipeline(call_input_fn, ctx, settings.batch_axis)
     return pipeline, pipeline.build()
