@@ -5,7 +5,7 @@ Everything else in `tpu_estimator` uses public TensorFlow APIs.
 
 import contextlib
 import threading
-from typing import Callable, Iterator, List, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
@@ -244,3 +244,45 @@ def mark_for_xla_compilation(ops) -> None:
         op._set_attr("_XlaCompile", attr_value_pb2.AttrValue(b=True))
         scope = op.device or "host"
         op._set_attr("_XlaScope", attr_value_pb2.AttrValue(s=scope.encode()))
+
+
+# ---- graph state that has no public API ----------------------------------------------------------------------------
+
+
+def graph_collections(graph: tf.Graph) -> dict:
+    """The graph's collections dict itself (`{key: list}`), to be swapped per replica while replicas are built."""
+    return graph._collections
+
+
+def set_graph_collections(graph: tf.Graph, collections: dict) -> None:
+    graph._collections = collections
+
+
+def control_flow_context(graph: tf.Graph):
+    """The graph's current (TF1) control-flow context: None at the root, else the innermost loop/cond."""
+    return graph._get_control_flow_context()
+
+
+def set_control_flow_context(graph: tf.Graph, context) -> None:
+    graph._set_control_flow_context(context)
+
+
+def variable_creator_stack_of(graph: tf.Graph) -> list:
+    """A copy of the current thread's variable creator stack of `graph` (see `variable_creator_stack`)."""
+    return list(graph._variable_creator_stack)
+
+
+@contextlib.contextmanager
+def outside_control_flow(graph: Optional[tf.Graph] = None) -> Iterator[None]:
+    """Builds ops in the graph's root control-flow context, for the duration, from inside a TF1 loop or cond.
+
+    A queue created while a loop body is traced must live outside the loop (once per graph, not per iteration);
+    its enqueue and dequeue ops are then built back in the loop.
+    """
+    graph = graph or tf.compat.v1.get_default_graph()
+    context = control_flow_context(graph)
+    set_control_flow_context(graph, None)
+    try:
+        yield
+    finally:
+        set_control_flow_context(graph, context)

@@ -72,15 +72,23 @@ class EmbeddingBridge(object):
       devices: the replica devices (table shard k lives on device k).
       mode: a `ModeKeys` value; only TRAIN creates optimizer slots and updates tables.
       replica_batch_size: the per-replica batch size (`params['batch_size']` of `model_fn`).
+      host_device: where ids are joined and deduplicated, activations split and updates computed.
 
     Raises:
       ValueError: invalid spec contents.
     """
 
     def __init__(
-        self, spec: EmbeddingConfigSpec, num_replicas: int, devices: List[str], mode: str, replica_batch_size: int
+        self,
+        spec: EmbeddingConfigSpec,
+        num_replicas: int,
+        devices: List[str],
+        mode: str,
+        replica_batch_size: int,
+        host_device: str,
     ):
         self._spec = spec
+        self._host_device = host_device
         self._replica_batch_size = replica_batch_size
         self._resolved = resolve_embedding_config(spec)
         self._num_replicas = num_replicas
@@ -175,7 +183,7 @@ class EmbeddingBridge(object):
                 weights[feature.key] = raw[feature.weight_key] if feature.weight_key else None
         return ids, weights
 
-    def preprocess(self, per_replica: List[Tuple[Any, Any]], host_device: str):
+    def preprocess(self, per_replica: List[Tuple[Any, Any]]):
         """Host stage (no table access): pops the embedding inputs, joins the replicas, deduplicates per table.
 
         The raw inputs of all replicas are joined first (cheap for dense ids) and turned into ids once.
@@ -189,7 +197,7 @@ class EmbeddingBridge(object):
         raw_keys = [k for k in self._resolved.raw_keys if k in per_replica[0][0]]
         global_ids, global_weights = collections.OrderedDict(), collections.OrderedDict()
         outputs = []
-        with tf.device(host_device), tf.name_scope("tpu_embedding_inputs"):
+        with tf.device(self._host_device), tf.name_scope("tpu_embedding_inputs"):
             raw = {key: _join_replicas([features[key] for features, _ in per_replica]) for key in raw_keys}
             ids, weights = self._ids_and_weights(raw)
             lengths = {}
@@ -214,9 +222,9 @@ class EmbeddingBridge(object):
             outputs.append((features, labels))
         return outputs, batches
 
-    def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches, host_device: str):
+    def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches):
         """Table stage: one lookup per table for the step; each replica gets its rows under the feature keys."""
-        with tf.device(host_device), tf.name_scope("tpu_embedding_lookup"):
+        with tf.device(self._host_device), tf.name_scope("tpu_embedding_lookup"):
             activations = self.engine.activations(batches)
             splits = {}
             for key, act in activations.items():
@@ -231,10 +239,10 @@ class EmbeddingBridge(object):
             outputs.append((features, labels))
         return outputs
 
-    def prepare(self, per_replica: List[Tuple[Any, Any]], host_device: str):
+    def prepare(self, per_replica: List[Tuple[Any, Any]]):
         """Both stages in one step (EVAL/PREDICT): returns the replicas' inputs and the engine batches."""
-        per_replica, batches = self.preprocess(per_replica, host_device)
-        return self.attach_activations(per_replica, batches, host_device), batches
+        per_replica, batches = self.preprocess(per_replica)
+        return self.attach_activations(per_replica, batches), batches
 
     def tap_activations(self, features: dict) -> dict:
         """In a replica: routes each activation through the gradient tap (TRAIN only)."""
@@ -287,9 +295,9 @@ class EmbeddingBridge(object):
             return None
         return tf.cast(self._spec.experimental_gradient_multiplier_fn(tf.compat.v1.train.get_global_step()), tf.float32)
 
-    def apply_gradients(self, batches, host_device: str) -> tf.Operation:
+    def apply_gradients(self, batches) -> tf.Operation:
         """The engine update of this step from the tapped activation gradients of every replica."""
-        with tf.device(host_device), tf.name_scope("tpu_embedding_gradients"):
+        with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
             return self.engine.apply_gradients(
                 batches, self._activation_gradients(), gradient_multiplier=self._gradient_multiplier()
             )
@@ -309,9 +317,9 @@ class EmbeddingBridge(object):
             shapes += [tf.TensorShape([None]), tf.TensorShape([None, table.dim])]
         return shapes
 
-    def step_pending(self, batches, host_device: str) -> List[tf.Tensor]:
+    def step_pending(self, batches) -> List[tf.Tensor]:
         """This step's update, held back: per table its unique ids and accumulated gradients."""
-        with tf.device(host_device), tf.name_scope("tpu_embedding_gradients"):
+        with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
             grads = self.engine.table_gradients(batches, self._activation_gradients())
             multiplier = self._gradient_multiplier()
             state = []
@@ -319,10 +327,10 @@ class EmbeddingBridge(object):
                 state += [batches[name].unique_ids, grads[name] if multiplier is None else grads[name] * multiplier]
         return state
 
-    def apply_pending(self, pending: List[tf.Tensor], host_device: str) -> tf.Operation:
+    def apply_pending(self, pending: List[tf.Tensor]) -> tf.Operation:
         """Applies a held-back update (checked, one optimizer application per table)."""
         names = list(self.engine.tables)
-        with tf.device(host_device), tf.name_scope("tpu_embedding_pipelined_update"):
+        with tf.device(self._host_device), tf.name_scope("tpu_embedding_pipelined_update"):
             return self.engine.apply_table_gradients(dict(zip(names, pending[0::2])), dict(zip(names, pending[1::2])))
 
     # ---- checkpoint layout -----------------------------------------------------------------------------------

@@ -256,7 +256,6 @@ def _optimizer_for(
     clipping_limit,
     learning_rate=None,
     learning_rate_fn: Optional[Callable] = None,
-    table_name: str = "",
 ):
     if optimization_parameters is None:
         return None
@@ -300,7 +299,6 @@ def resolve_embedding_config(spec: EmbeddingConfigSpec) -> ResolvedEmbeddingConf
                         spec.optimization_parameters,
                         spec.clipping_limit,
                         learning_rate_fn=column.get_learning_rate_fn(),
-                        table_name=table_name,
                     ),
                     combiner=column.get_combiner() or "mean",
                     name=table_name,
@@ -325,7 +323,6 @@ def resolve_embedding_config(spec: EmbeddingConfigSpec) -> ResolvedEmbeddingConf
                     spec.clipping_limit,
                     getattr(table, "learning_rate", None),
                     getattr(table, "learning_rate_fn", None),
-                    table_name,
                 ),
                 combiner=table.combiner or "mean",
                 name=table_name,

@@ -1,13 +1,32 @@
-"""Session hooks of the training loop: loop sizing and stopping, step logging, examples/sec, SIGINT."""
+"""Session hooks of the training loop: loop sizing and stopping, progress (loss/step logging, examples/sec), SIGINT."""
 
+import dataclasses
 import math
 import signal
 import time
-from typing import Optional
+from typing import List, Optional
 
 import tensorflow as tf
 
 from tpu_estimator.tpu_config import IterationsPerLoopCounter
+
+# The graph collection that holds the loop-length tensor of a training graph (`LoopStopHook` is created before the
+# graph is built, so it finds the tensor there).
+ITERATIONS_PER_LOOP_COLLECTION = "tpu_estimator_iterations_per_loop"
+
+
+def iterations_per_loop_tensor(default: int) -> tf.Tensor:
+    """The loop-length tensor of the training loop (fed by `LoopStopHook`), registered in the graph.
+
+    Args:
+      default: the loop length when nothing is fed.
+
+    Returns:
+      A scalar int32 `placeholder_with_default`.
+    """
+    iterations = tf.compat.v1.placeholder_with_default(tf.constant(default, tf.int32), [], name="iterations_per_loop")
+    tf.compat.v1.add_to_collection(ITERATIONS_PER_LOOP_COLLECTION, iterations)
+    return iterations
 
 
 class LoopStopHook(tf.compat.v1.train.SessionRunHook):
@@ -15,25 +34,27 @@ class LoopStopHook(tf.compat.v1.train.SessionRunHook):
 
     Each `Session.run` runs `min(remaining, iterations_per_loop)` steps, so `max_steps` is hit exactly. With a time
     `iterations_per_loop` (`'30s'`), the first loop runs one step and later loops as many steps as the measured
-    step time fits into the period.
+    step time fits into the period. The loop-length tensor is the one `iterations_per_loop_tensor` registered in
+    the graph (`Estimator.train` creates the stop hooks before it builds the graph).
 
     Args:
-      iterations: the scalar int32 tensor (a `placeholder_with_default`) that sets the loop length.
       iterations_per_loop: the parsed `TPUConfig.iterations_per_loop`.
       num_steps: steps to run from the current global step (`train(steps=...)`).
       last_step: global step to stop at (`train(max_steps=...)`).
+
+    Raises:
+      ValueError: neither `num_steps` nor `last_step` is given.
     """
 
     def __init__(
         self,
-        iterations: tf.Tensor,
         iterations_per_loop: IterationsPerLoopCounter,
         num_steps: Optional[int] = None,
         last_step: Optional[int] = None,
     ):
         if num_steps is None and last_step is None:
             raise ValueError("One of num_steps or last_step must be specified.")
-        self._iterations = iterations
+        self._iterations = None
         self._ipl = iterations_per_loop
         self._num_steps = num_steps
         self._last_step = last_step
@@ -45,6 +66,14 @@ class LoopStopHook(tf.compat.v1.train.SessionRunHook):
         self._global_step_tensor = tf.compat.v1.train.get_global_step()
         if self._global_step_tensor is None:
             raise RuntimeError("Global step should be created to use LoopStopHook.")
+        found = tf.compat.v1.get_collection(ITERATIONS_PER_LOOP_COLLECTION)
+        if len(found) != 1:
+            raise RuntimeError(
+                "The TPUEstimator training loop was not found in the graph ({} tensors in collection {!r}).".format(
+                    len(found), ITERATIONS_PER_LOOP_COLLECTION
+                )
+            )
+        self._iterations = found[0]
 
     def after_create_session(self, session, coord):
         self._current_step = int(session.run(self._global_step_tensor))
@@ -144,3 +173,48 @@ def logging_every_n_runs(log_every_n_steps: int, iterations_per_loop: Iterations
     if iterations_per_loop.unit != "count":
         return 1
     return max(1, int(math.ceil(log_every_n_steps / float(iterations_per_loop.value))))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgressSettings:
+    """When TRAIN reports progress (loss/step logging, examples/sec).
+
+    Attributes:
+      every_n_steps: `RunConfig.log_step_count_steps` (None with a time `iterations_per_loop`).
+      every_n_secs: the period of a time `iterations_per_loop` (else None).
+      output_dir: where examples/sec summaries are written (None: no summaries).
+    """
+
+    every_n_steps: Optional[int]
+    every_n_secs: Optional[int]
+    output_dir: Optional[str]
+
+
+def progress_hooks(
+    loss: tf.Tensor, global_batch_size: Optional[int], settings: ProgressSettings, every_n_runs: Optional[int]
+) -> List[tf.compat.v1.train.SessionRunHook]:
+    """Loss/step logging and examples/sec, as upstream's TPUEstimator installs them.
+
+    Args:
+      loss: the loss tensor that is logged.
+      global_batch_size: examples per step (for examples/sec).
+      settings: the reporting cadence and summary directory.
+      every_n_runs: log the loss every this many `Session.run`s; None logs every `settings.every_n_secs` instead.
+
+    Returns:
+      No hooks when neither `every_n_steps` nor `every_n_secs` is set, else the logging and examples/sec hooks.
+    """
+    if settings.every_n_steps is None and settings.every_n_secs is None:
+        return []
+    tensors = {"loss": loss, "step": tf.compat.v1.train.get_global_step()}
+    if every_n_runs is not None:
+        logging = tf.compat.v1.train.LoggingTensorHook(tensors, every_n_iter=every_n_runs)
+    else:
+        logging = tf.compat.v1.train.LoggingTensorHook(tensors, every_n_secs=settings.every_n_secs)
+    examples = ExamplesPerSecondHook(
+        global_batch_size,
+        every_n_steps=settings.every_n_steps,
+        every_n_secs=settings.every_n_secs,
+        output_dir=settings.output_dir,
+    )
+    return [logging, examples]

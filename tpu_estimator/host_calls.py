@@ -1,4 +1,5 @@
-"""Host calls (`host_call`, `eval_metrics`): validation, calling, and the hooks that run them."""
+"""Host calls (`host_call`, `eval_metrics`): validation, calling, the training loop's outfeed, and the hooks that run
+them."""
 
 import tensorflow as tf
 
@@ -91,3 +92,74 @@ class CpuHostCallHook(SummaryWritersHook):
 
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs(self._ops)
+
+
+class OutfeedHostCallHook(SummaryWritersHook):
+    """After each loop, runs `host_fn` once per entry the loop queued."""
+
+    def __init__(self, host_ops, queue_size: tf.Tensor):
+        self._host_ops = host_ops
+        self._queue_size = queue_size
+
+    def _drain(self, session) -> None:
+        for _ in range(int(session.run(self._queue_size))):
+            session.run(self._host_ops)
+
+    def after_run(self, run_context, run_values):
+        self._drain(run_context.session)
+
+    def end(self, session):
+        self._drain(session)
+        super(OutfeedHostCallHook, self).end(session)
+
+
+class HostCallOutfeed(object):
+    """The training loop's `host_call`: tensors of every replica queued on the host each n-th step, `host_fn` run
+    after the loop once per queued entry (upstream's outfeed).
+
+    Args:
+      host_device: where the queue lives and `host_fn` runs.
+      every_n_steps: `TPUConfig.experimental_host_call_every_n_steps`.
+    """
+
+    def __init__(self, host_device: str, every_n_steps: int):
+        self._host_device = host_device
+        self._every_n_steps = every_n_steps
+        self._queue = None
+
+    def enqueue(self, per_replica_calls, step: tf.Tensor):
+        """In the loop body: queues this step's tensors (on every n-th step).
+
+        Args:
+          per_replica_calls: each replica's `host_call`.
+          step: the loop's step counter.
+
+        Returns:
+          `(enqueue_op, tensors)`: the op to run with the step and the queued tensors.
+        """
+        flat = concat_over_replicas("host_call", per_replica_calls, self._host_device)
+        with tf.device(self._host_device):
+            if self._queue is None:
+                with _tf_internal.outside_control_flow():
+                    self._queue = tf.queue.FIFOQueue(
+                        capacity=-1,
+                        dtypes=[t.dtype for t in flat],
+                        shapes=[t.shape for t in flat],
+                        name="host_call_queue",
+                    )
+            if self._every_n_steps == 1:
+                return self._queue.enqueue(flat), flat
+            enqueue = tf.compat.v1.cond(
+                tf.equal(tf.math.floormod(step, self._every_n_steps), 0),
+                lambda: self._queue.enqueue(flat),
+                tf.no_op,
+            )
+            return enqueue, flat
+
+    def hook(self, host_call) -> OutfeedHostCallHook:
+        """After the loop: the hook that dequeues each entry and runs `host_call`'s function on it."""
+        with tf.device(self._host_device):
+            flat = self._queue.dequeue()
+            flat = list(flat) if isinstance(flat, (list, tuple)) else [flat]
+            host_ops = call(host_call, pack_tensors(host_call, flat))
+        return OutfeedHostCallHook(host_ops, self._queue.size())

@@ -8,7 +8,7 @@ infeed thread (`TensorInfeedHook`).
 
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -132,12 +132,10 @@ class _Source(object):
         with tf.device(self._device):
             optional = self._iterator.get_next_as_optional()
             spec = self._iterator.element_spec
-            empty = tf.nest.map_structure(lambda s: tf.zeros([0] + s.shape.as_list()[1:], s.dtype), spec)
+            empty = tf.nest.map_structure(_empty_batch, spec)
             element = tf.cond(optional.has_value(), optional.get_value, lambda: empty)
-            element = tf.nest.map_structure(
-                lambda t, s: tf.ensure_shape(t, [None] + s.shape.as_list()[1:]), element, spec
-            )
-            raise_end = lambda: tf.size(tf.nest.flatten(self._iterator.get_next())[0]) < 0
+            element = tf.nest.map_structure(_with_unknown_batch, element, spec)
+            raise_end = lambda: tf.size(tf.nest.flatten(self._iterator.get_next(), expand_composites=True)[0]) < 0
             return split_features_and_labels(element), optional.has_value(), raise_end
 
     def get_next(self) -> Tuple[Any, Any]:
@@ -148,6 +146,23 @@ class _Source(object):
             if not isinstance(flat, (list, tuple)):
                 flat = [flat]
             return tf.nest.pack_sequence_as(self._structure, list(flat))
+
+
+def _empty_batch(spec: tf.TypeSpec) -> Any:
+    """A 0-row value of a batched element spec (dense or sparse)."""
+    if isinstance(spec, tf.SparseTensorSpec):
+        dense_shape = [0] + [0 if d is None else d for d in spec.shape.as_list()[1:]]
+        return tf.SparseTensor(
+            tf.zeros([0, len(dense_shape)], tf.int64), tf.zeros([0], spec.dtype), tf.constant(dense_shape, tf.int64)
+        )
+    return tf.zeros([0] + spec.shape.as_list()[1:], spec.dtype)
+
+
+def _with_unknown_batch(value: Any, spec: tf.TypeSpec) -> Any:
+    """`value` with the static shape of `spec` and an unknown batch dimension (sparse values pass unchanged)."""
+    if isinstance(value, tf.SparseTensor):
+        return value
+    return tf.ensure_shape(value, [None] + spec.shape.as_list()[1:])
 
 
 def _check_static_shapes(features: Any, labels: Any) -> None:
@@ -178,6 +193,143 @@ def _split(tensor, num: int, axis: int, name: str):
     return tf.split(tensor, num, axis=axis)
 
 
+class StepInput(NamedTuple):
+    """One step's input: `(features, labels)` per replica and, in PREDICT, each replica's real-row mask."""
+
+    per_replica: List[Tuple[Any, Any]]
+    padding_masks: Optional[List[tf.Tensor]] = None
+
+
+class _PerHostV2Reader(object):
+    """PER_HOST_V2: one dataset of per-replica batches, read once per replica.
+
+    The reads are chained (replica r reads after replica r-1) unless
+    `experimental_allow_per_host_v2_parallel_get_next`. In PREDICT, replicas past the end of the input get an
+    all-padding batch (upstream's stopping signals); the step fails with OutOfRange only when no replica got data.
+    """
+
+    def __init__(self, source: "_Source", ctx: ShardingContext):
+        self._source = source
+        self._ctx = ctx
+
+    def read(self) -> StepInput:
+        ctx = self._ctx
+        predict = ctx.mode == ModeKeys.PREDICT
+        chained = not ctx.config.tpu_config.experimental_allow_per_host_v2_parallel_get_next
+        per_replica, masks, has_values = [], [], []
+        previous = None
+        for _ in range(ctx.num_replicas):
+            with tf.control_dependencies([previous] if chained and previous is not None else []):
+                if predict:
+                    (features, labels), has_value, raise_end = self._source.get_next_or_empty()
+                    has_values.append(has_value)
+                else:
+                    features, labels = self._source.get_next()
+            # Composites are expanded: a SparseTensor cannot be a control input, its component tensors can.
+            previous = tf.nest.flatten((features, labels), expand_composites=True)[0]
+            if predict:
+                (features, labels), mask = _pad(
+                    (features, labels), ctx.global_batch_size // ctx.num_replicas, ctx.host_device
+                )
+                masks.append(mask)
+            per_replica.append((features, labels))
+        if not predict:
+            return StepInput(per_replica)
+        with tf.device(ctx.host_device):
+            any_value = tf.reduce_any(tf.stack(has_values))
+            # At the end of the input (no replica got data) this reads the exhausted iterator: OutOfRange.
+            guard = tf.cond(any_value, lambda: tf.constant(True), raise_end)
+        with tf.control_dependencies([guard]):
+            masks = [tf.identity(m) for m in masks]
+        return StepInput(per_replica, masks)
+
+
+class _PerShardReader(object):
+    """PER_SHARD_V1: one `input_fn` call per replica; each replica reads its own."""
+
+    def __init__(self, sources: List["_Source"]):
+        self._sources = sources
+
+    def read(self) -> StepInput:
+        return StepInput([source.get_next() for source in self._sources])
+
+
+class _HostBatchReader(object):
+    """PER_HOST_V1 and SLICED: one host batch split over the replicas on `batch_axis`; BROADCAST: every replica
+    gets the whole batch (in PREDICT only replica 0's rows are real)."""
+
+    def __init__(self, source: "_Source", ctx: ShardingContext, batch_axis: Optional[Sequence[int]], broadcast: bool):
+        self._source = source
+        self._ctx = ctx
+        self._batch_axis = batch_axis
+        self._broadcast = broadcast
+
+    def read(self) -> StepInput:
+        ctx = self._ctx
+        num = ctx.num_replicas
+        features, labels = self._source.get_next()
+        mask = None
+        if ctx.mode == ModeKeys.PREDICT:
+            (features, labels), mask = _pad((features, labels), ctx.global_batch_size, ctx.host_device)
+        else:
+            _check_static_shapes(features, labels)
+        if self._broadcast:
+            masks = None if mask is None else [mask] + [tf.zeros_like(mask)] * (num - 1)
+            return StepInput([(features, labels)] * num, masks)
+        masks = None if mask is None else (tf.split(mask, num) if num > 1 else [mask])
+        return StepInput(self._split(features, labels), masks)
+
+    def _split(self, features: Any, labels: Any) -> List[Tuple[Any, Any]]:
+        num = self._ctx.num_replicas
+        if num == 1:
+            return [(features, labels)]
+        structure = (features, labels)
+        flat = tf.nest.flatten(structure, expand_composites=False)
+        names = ["input {}".format(i) for i in range(len(flat))]
+        axes = list(self._batch_axis) if self._batch_axis is not None else [0] * len(flat)
+        if len(axes) != len(flat):
+            raise ValueError("batch_axis has {} entries but input_fn returned {} tensors.".format(len(axes), len(flat)))
+        with tf.device(self._ctx.host_device):
+            pieces = [
+                [None] * num if t is None else _split(t, num, axis, name) for t, axis, name in zip(flat, axes, names)
+            ]
+        return [tf.nest.pack_sequence_as(structure, [p[r] for p in pieces]) for r in range(num)]
+
+
+def _pad(structure: Any, size: int, host_device: str) -> Tuple[Any, tf.Tensor]:
+    """Pads every tensor of a (possibly partial) PREDICT batch to `size` rows; returns the real-row mask."""
+    flat = tf.nest.flatten(structure)
+    if not flat:
+        raise ValueError("input_fn returned no tensors.")
+    with tf.device(host_device):
+        first = flat[0]
+        rows = (
+            tf.cast(first.dense_shape[0], tf.int32)
+            if isinstance(first, tf.SparseTensor)
+            else tf.shape(first, out_type=tf.int32)[0]
+        )
+        check = tf.debugging.assert_less_equal(
+            rows, size, message="PREDICT input_fn returned a batch larger than predict_batch_size"
+        )
+        padded = []
+        with tf.control_dependencies([check]):
+            for tensor in flat:
+                if tensor is None:
+                    padded.append(None)
+                    continue
+                if isinstance(tensor, tf.SparseTensor):
+                    # Padded rows of a sparse batch are empty rows: only the batch size of the dense shape grows.
+                    dense_shape = tf.concat([tf.cast([size], tf.int64), tensor.dense_shape[1:]], axis=0)
+                    padded.append(tf.SparseTensor(tensor.indices, tensor.values, dense_shape))
+                    continue
+                paddings = [[0, size - rows]] + [[0, 0]] * (tensor.shape.rank - 1)
+                out = tf.pad(tensor, paddings)
+                out.set_shape([size] + tensor.shape.as_list()[1:])
+                padded.append(out)
+        mask = tf.range(size) < rows
+    return tf.nest.pack_sequence_as(structure, padded), mask
+
+
 class InputPipeline(object):
     """Calls `input_fn` as the input mode says and yields per-replica `(features, labels)` each step.
 
@@ -196,18 +348,22 @@ class InputPipeline(object):
         self._call_input_fn = call_input_fn
         self._ctx = ctx
         self._batch_axis = batch_axis
-        self._sources = []
-        self.hooks = []
+        self._reader = None
 
     def build(self) -> List[tf.compat.v1.train.SessionRunHook]:
-        """Calls `input_fn` (outside any loop) and returns the hooks that start the input."""
+        """Calls `input_fn` (outside any loop) and returns the hooks that start the input.
+
+        Raises:
+          TypeError: `input_fn` returned tensors where the mode needs a `Dataset` (PREDICT, PER_HOST_V2).
+        """
         ctx = self._ctx
-        mode = ctx.input_mode
-        allow_tensors = ctx.mode != ModeKeys.PREDICT and mode in (
+        input_mode = ctx.input_mode
+        allow_tensors = ctx.mode != ModeKeys.PREDICT and input_mode in (
             InputPipelineConfig.PER_HOST_V1,
             InputPipelineConfig.PER_SHARD_V1,
         )
         sleep_secs = ctx.config.tpu_config.initial_infeed_sleep_secs
+        sources = []
         for device, index, total, consumed in ctx.input_fn_invocations():
             context = TPUContext(
                 ctx,
@@ -224,120 +380,26 @@ class InputPipeline(object):
                 raise TypeError(
                     "For mode PREDICT, `input_fn` must return `Dataset` instead of `features` and `labels`."
                 )
-            if mode == InputPipelineConfig.PER_HOST_V2 and not _is_dataset(result):
+            if input_mode == InputPipelineConfig.PER_HOST_V2 and not _is_dataset(result):
                 raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
-            self._sources.append(_Source(result, device, allow_tensors, sleep_secs))
-        initializers = [s.initializer for s in self._sources if s.initializer is not None]
-        hooks = [s.hook for s in self._sources if s.hook is not None]
+            sources.append(_Source(result, device, allow_tensors, sleep_secs))
+        if input_mode == InputPipelineConfig.PER_HOST_V2:
+            self._reader = _PerHostV2Reader(sources[0], ctx)
+        elif input_mode == InputPipelineConfig.PER_SHARD_V1:
+            self._reader = _PerShardReader(sources)
+        else:
+            broadcast = input_mode == InputPipelineConfig.BROADCAST
+            self._reader = _HostBatchReader(sources[0], ctx, self._batch_axis, broadcast)
+        initializers = [s.initializer for s in sources if s.initializer is not None]
+        hooks = [s.hook for s in sources if s.hook is not None]
         if initializers:
             hooks.insert(0, DatasetInitializerHook(initializers, sleep_secs))
-        self.hooks = hooks
         return hooks
 
-    def next_step(self) -> List[Tuple[Any, Any]]:
-        """Builds one step's reads; returns `(features, labels)` for every replica."""
-        ctx = self._ctx
-        num = ctx.num_replicas
-        mode = ctx.input_mode
-        self.padding_masks = None
-        if mode == InputPipelineConfig.PER_HOST_V2:
-            per_replica = []
-            masks = []
-            previous = None
-            has_values = []
-            for _ in range(num):
-                deps = (
-                    []
-                    if previous is None or ctx.config.tpu_config.experimental_allow_per_host_v2_parallel_get_next
-                    else [previous]
-                )
-                with tf.control_dependencies(deps):
-                    if ctx.mode == ModeKeys.PREDICT:
-                        # Replicas past the end of the input get an all-padding batch (upstream's stopping signals).
-                        (features, labels), has_value, raise_end = self._sources[0].get_next_or_empty()
-                        has_values.append(has_value)
-                    else:
-                        features, labels = self._sources[0].get_next()
-                previous = tf.nest.flatten((features, labels))[0]
-                if ctx.mode == ModeKeys.PREDICT:
-                    (features, labels), mask = self._pad((features, labels), ctx.global_batch_size // num)
-                    masks.append(mask)
-                per_replica.append((features, labels))
-            if has_values:
-                with tf.device(ctx.host_device):
-                    any_value = tf.reduce_any(tf.stack(has_values))
-                    # At the end of the input (no replica got data) this reads the exhausted iterator: OutOfRange.
-                    guard = tf.cond(any_value, lambda: tf.constant(True), raise_end)
-                with tf.control_dependencies([guard]):
-                    masks = [tf.identity(m) for m in masks]
-            self.padding_masks = masks or None
-        elif mode == InputPipelineConfig.PER_SHARD_V1:
-            per_replica = [source.get_next() for source in self._sources]
-        else:
-            features, labels = self._sources[0].get_next()
-            mask = None
-            if ctx.mode == ModeKeys.PREDICT:
-                (features, labels), mask = self._pad((features, labels), ctx.global_batch_size)
-            else:
+    def next_step(self) -> StepInput:
+        """Builds one step's reads: `(features, labels)` for every replica and, in PREDICT, the padding masks."""
+        step = self._reader.read()
+        if self._ctx.mode != ModeKeys.PREDICT:
+            for features, labels in step.per_replica:
                 _check_static_shapes(features, labels)
-            if mode == InputPipelineConfig.BROADCAST:
-                per_replica = [(features, labels)] * num
-                if mask is not None:
-                    self.padding_masks = [mask] + [tf.zeros_like(mask)] * (num - 1)
-            else:
-                per_replica = self._split_host_batch(features, labels)
-                if mask is not None:
-                    self.padding_masks = tf.split(mask, num) if num > 1 else [mask]
-        if ctx.mode != ModeKeys.PREDICT:
-            for features, labels in per_replica:
-                _check_static_shapes(features, labels)
-        return per_replica
-
-    def _pad(self, structure: Any, size: int) -> Tuple[Any, tf.Tensor]:
-        """Pads every tensor of a (possibly partial) PREDICT batch to `size` rows; returns the real-row mask."""
-        flat = tf.nest.flatten(structure)
-        if not flat:
-            raise ValueError("input_fn returned no tensors.")
-        with tf.device(self._ctx.host_device):
-            first = flat[0]
-            rows = (
-                tf.cast(first.dense_shape[0], tf.int32)
-                if isinstance(first, tf.SparseTensor)
-                else tf.shape(first, out_type=tf.int32)[0]
-            )
-            check = tf.debugging.assert_less_equal(
-                rows, size, message="PREDICT input_fn returned a batch larger than predict_batch_size"
-            )
-            padded = []
-            with tf.control_dependencies([check]):
-                for tensor in flat:
-                    if tensor is None:
-                        padded.append(None)
-                        continue
-                    if isinstance(tensor, tf.SparseTensor):
-                        # Padded rows of a sparse batch are empty rows: only the batch size of the dense shape grows.
-                        dense_shape = tf.concat([tf.cast([size], tf.int64), tensor.dense_shape[1:]], axis=0)
-                        padded.append(tf.SparseTensor(tensor.indices, tensor.values, dense_shape))
-                        continue
-                    paddings = [[0, size - rows]] + [[0, 0]] * (tensor.shape.rank - 1)
-                    out = tf.pad(tensor, paddings)
-                    out.set_shape([size] + tensor.shape.as_list()[1:])
-                    padded.append(out)
-            mask = tf.range(size) < rows
-        return tf.nest.pack_sequence_as(structure, padded), mask
-
-    def _split_host_batch(self, features: Any, labels: Any) -> List[Tuple[Any, Any]]:
-        num = self._ctx.num_replicas
-        if num == 1:
-            return [(features, labels)]
-        structure = (features, labels)
-        flat = tf.nest.flatten(structure, expand_composites=False)
-        names = ["input {}".format(i) for i in range(len(flat))]
-        axes = list(self._batch_axis) if self._batch_axis is not None else [0] * len(flat)
-        if len(axes) != len(flat):
-            raise ValueError("batch_axis has {} entries but input_fn returned {} tensors.".format(len(axes), len(flat)))
-        with tf.device(self._ctx.host_device):
-            pieces = [
-                [None] * num if t is None else _split(t, num, axis, name) for t, axis, name in zip(flat, axes, names)
-            ]
-        return [tf.nest.pack_sequence_as(structure, [p[r] for p in pieces]) for r in range(num)]
+        return step

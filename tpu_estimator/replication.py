@@ -12,7 +12,7 @@ Only replica 0's side effects run (its `train_op`); the other replicas compute w
 
 import sys
 import threading
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
@@ -72,12 +72,12 @@ class _Coordinator(object):
 
     # Graph state that is not thread-local: swapped in and out when the turn changes hands.
     def _switch_in(self, replica_id: int) -> None:
-        self.graph._collections = self.collections[replica_id]
-        self.graph._set_control_flow_context(self.flow_contexts[replica_id])
+        _tf_internal.set_graph_collections(self.graph, self.collections[replica_id])
+        _tf_internal.set_control_flow_context(self.graph, self.flow_contexts[replica_id])
 
     def _switch_out(self, replica_id: int) -> None:
-        self.collections[replica_id] = self.graph._collections
-        self.flow_contexts[replica_id] = self.graph._get_control_flow_context()
+        self.collections[replica_id] = _tf_internal.graph_collections(self.graph)
+        self.flow_contexts[replica_id] = _tf_internal.control_flow_context(self.graph)
 
     def _wait_for_turn(self, replica_id: int) -> None:
         while self.turn != replica_id and self.error is None:
@@ -203,16 +203,27 @@ def _merge_collections(base: dict, per_replica: List[dict]) -> dict:
     return merged
 
 
-def run_replicated(fn: Callable[[int], Any], devices: Sequence[str], stats: Optional[dict] = None) -> List[Any]:
+class ReplicatedBuild(NamedTuple):
+    """What `build_replicas` built: one `fn` result per replica and the number of cross-replica reductions."""
+
+    outputs: List[Any]
+    num_reductions: int
+
+
+def run_replicated(fn: Callable[[int], Any], devices: Sequence[str]) -> List[Any]:
+    """`build_replicas(fn, devices).outputs`: the list of `fn` results, one per replica."""
+    return build_replicas(fn, devices).outputs
+
+
+def build_replicas(fn: Callable[[int], Any], devices: Sequence[str]) -> ReplicatedBuild:
     """Builds `fn(replica_id)` once per device, each on its device, with reductions between replicas.
 
     Args:
       fn: builds one replica; called with the replica id in a replica context (see `cross_replica_sum`).
       devices: one device name per replica.
-      stats: optional dict that receives `num_reductions`, the number of cross-replica reductions built.
 
     Returns:
-      The list of `fn` results, one per replica.
+      The `fn` results, one per replica, and the number of cross-replica reductions built between them.
 
     Raises:
       Whatever `fn` raised in any replica (the first error), or RuntimeError when replicas diverge.
@@ -222,10 +233,10 @@ def run_replicated(fn: Callable[[int], Any], devices: Sequence[str], stats: Opti
     # TF2 graphs (TF1 behaviour, e.g. after tf.compat.v1.disable_v2_behavior(), shares them). As MirroredStrategy.
     graph.switch_to_thread_local()
     coordinator = _Coordinator(graph, devices)
-    base_collections = graph._collections
-    flow_context = graph._get_control_flow_context()
+    base_collections = _tf_internal.graph_collections(graph)
+    flow_context = _tf_internal.control_flow_context(graph)
     var_scope = tf.compat.v1.get_variable_scope()
-    creator_stack = list(graph._variable_creator_stack)
+    creator_stack = _tf_internal.variable_creator_stack_of(graph)
     for replica_id in range(len(devices)):
         coordinator.collections[replica_id] = _replica_collections(base_collections, replica_id)
         coordinator.flow_contexts[replica_id] = flow_context
@@ -264,15 +275,13 @@ def run_replicated(fn: Callable[[int], Any], devices: Sequence[str], stats: Opti
             thread.start()
         for thread in threads:
             thread.join()
-    graph._set_control_flow_context(flow_context)
+    _tf_internal.set_control_flow_context(graph, flow_context)
     if coordinator.error is not None:
-        graph._collections = base_collections
+        _tf_internal.set_graph_collections(graph, base_collections)
         _, exc, tb = coordinator.error
         raise exc.with_traceback(tb)
-    graph._collections = _merge_collections(base_collections, coordinator.collections)
-    if stats is not None:
-        stats["num_reductions"] = coordinator.num_reductions
-    return results
+    _tf_internal.set_graph_collections(graph, _merge_collections(base_collections, coordinator.collections))
+    return ReplicatedBuild(results, coordinator.num_reductions)
 
 
 def _sum_groups(values: List[tf.Tensor], devices: Sequence[str], group_assignment) -> List[tf.Tensor]:

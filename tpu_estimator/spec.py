@@ -116,3 +116,55 @@ def call_scaffold_fn(scaffold_fn):
     if scaffold is None:
         raise ValueError("TPUEstimatorSpec.scaffold_fn returns None, which is not allowed")
     return scaffold
+
+
+def call_user_model_fn(model_fn, features, labels, mode, config, params):
+    """Calls the user's `model_fn` with the arguments it declares, as upstream does.
+
+    Raises:
+      ValueError: `model_fn` lacks `params`, or does not take labels while the input has them.
+    """
+    model_fn_args = _estimator_lib.fn_args(model_fn)
+    kwargs = {}
+    if "labels" in model_fn_args:
+        kwargs["labels"] = labels
+    elif labels is not None:
+        raise ValueError("model_fn does not take labels, but input_fn returns labels.")
+    if "mode" in model_fn_args:
+        kwargs["mode"] = mode
+    if "config" in model_fn_args:
+        kwargs["config"] = config
+    if "params" not in model_fn_args:
+        raise ValueError(
+            "model_fn ({}) does not include params argument, required by TPUEstimator to pass batch "
+            "size as params['batch_size']".format(model_fn)
+        )
+    kwargs["params"] = params
+    return model_fn(features=features, **kwargs)
+
+
+def verify_spec_on_shards(spec, mode: str):
+    """Upstream's checks on what `model_fn` returns on shards; returns `spec`.
+
+    Raises:
+      RuntimeError: EVAL/PREDICT `model_fn` did not return a `TPUEstimatorSpec`.
+      ValueError: a TRAIN `EstimatorSpec` with `training_chief_hooks`.
+    """
+    if isinstance(spec, TPUEstimatorSpec):
+        return spec
+    if mode != _estimator_lib.ModeKeys.TRAIN:
+        raise RuntimeError(
+            "estimator_spec used by TPU {} must have type `TPUEstimatorSpec`. Got {}".format(
+                "evaluation" if mode == _estimator_lib.ModeKeys.EVAL else "prediction", type(spec)
+            )
+        )
+    err = "{} returned by EstimatorSpec is not supported in TPUEstimator. "
+    if spec.training_chief_hooks:
+        raise ValueError(
+            err.format("training_chief_hooks") + "If you want to pass training hooks, please pass via training_hooks."
+        )
+    if spec.scaffold:
+        tf.compat.v1.logging.warning(
+            "EstimatorSpec.Scaffold is ignored by TPU train/eval. Please use TPUEstimatorSpec."
+        )
+    return spec

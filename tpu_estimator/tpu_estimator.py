@@ -1,17 +1,15 @@
 """`TPUEstimator`: dispatches each mode to upstream's CPU path or to the shards."""
 
 import enum
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, embedding_bridge, sharded_modes
+from tpu_estimator import _estimator_lib, cpu_path, eval_step, predict_step, sharded_step
 from tpu_estimator import hooks as hooks_lib
-from tpu_estimator import host_calls as host_calls_lib
-from tpu_estimator import rewrite as rewrite_lib
 from tpu_estimator.context import ShardingContext
-from tpu_estimator.spec import TPUEstimatorSpec
 from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, check_positive_integer, parse_iterations_per_loop
+from tpu_estimator.train_loop import TrainLoop, TrainLoopSettings
 
 ModeKeys = _estimator_lib.ModeKeys
 _RESERVED_PARAMS_KEYS = ["batch_size", "context"]
@@ -135,7 +133,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             self._log_every_n_steps = None
         config = config.replace(log_step_count_steps=None)
         super(TPUEstimator, self).__init__(
-            model_fn=self._augment_model_fn(model_fn, batch_axis),
+            model_fn=self._augment_model_fn(model_fn),
             model_dir=model_dir,
             config=config,
             params=params or {},
@@ -207,7 +205,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             check_positive_integer(steps, "Train steps")
         if max_steps is not None:
             check_positive_integer(max_steps, "Train max_steps")
-        return [sharded_modes.LoopStopHookFromGraph(self._iterations_per_training_loop, steps, max_steps)]
+        return [hooks_lib.LoopStopHook(self._iterations_per_training_loop, steps, max_steps)]
 
     def _convert_eval_steps_to_hooks(self, steps):
         ctx = self._sharding_context(ModeKeys.EVAL)
@@ -219,79 +217,59 @@ class TPUEstimator(_estimator_lib.Estimator):
 
     # ---- model_fn wrapping ----------------------------------------------------------------------------------
 
-    def _augment_model_fn(self, model_fn, batch_axis):
+    def _augment_model_fn(self, model_fn):
         """The Estimator-facing `model_fn`: CPU path, export path, or the sharded modes."""
 
         def _model_fn(features, labels, mode, config, params):
             is_export_mode = not self._is_input_fn_invoked
             self._is_input_fn_invoked = None
             if mode == INFERENCE_ON_TPU_MODE:
-                return self._call_for_tpu_export(model_fn, features, labels, config, params)
+                wrap_in_rewrite = self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1)
+                settings = self._cpu_settings(model_fn, config, params)
+                return cpu_path.call_for_tpu_export(settings, features, labels, wrap_in_rewrite)
             ctx = self._sharding_context(mode)
             if isinstance(features, DeferredInput):
                 ctx.validate()
-                builder = sharded_modes.ShardedModeBuilder(self, model_fn, ctx, config, params, batch_axis)
-                return builder.build(features, mode)
-            return self._call_on_cpu(model_fn, features, labels, mode, config, params, ctx, is_export_mode)
+                return self._call_on_shards(model_fn, features, mode, config, params, ctx)
+            settings = self._cpu_settings(model_fn, config, params)
+            return cpu_path.call_on_cpu(settings, features, labels, mode, ctx, is_export_mode)
 
         return _model_fn
 
-    def _call_on_cpu(self, model_fn, features, labels, mode, config, params, ctx, is_export_mode):
-        params = dict(params)
-        if not is_export_mode and ctx.global_batch_size is not None:
-            params["batch_size"] = ctx.global_batch_size
-        params["use_tpu"] = False
-        features = self._embedding_features_on_cpu(features, mode)
-        graph = tf.compat.v1.get_default_graph()
-        first_op = len(graph.get_operations())
-        spec = call_user_model_fn(model_fn, features, labels, mode, config, params)
-        if isinstance(spec, TPUEstimatorSpec):
-            model_ops = graph.get_operations()[first_op:]
-            if spec.host_call is not None:
-                _tf_internal.order_variable_writes_after(host_calls_lib.flatten_tensors(spec.host_call), model_ops)
-            spec = spec.as_estimator_spec()
-        if mode == ModeKeys.TRAIN and not is_export_mode:
-            spec = spec._replace(
-                training_hooks=tuple(spec.training_hooks)
-                + tuple(self._progress_hooks(ctx, spec.loss, every_n_runs=self._log_every_n_steps))
-            )
-        return spec
-
-    def _embedding_features_on_cpu(self, features, mode):
-        """Dict-configured embeddings off the shards: activations from plain lookups on the full tables.
-
-        Feature-column models need nothing: the columns look up their own variables on the CPU path.
-
-        Raises:
-          ValueError: training dict-configured embeddings on the CPU path (their optimizer runs on shards).
-        """
-        spec = self._embedding_config_spec
-        if spec is None or spec.feature_columns:
-            return features
+    def _call_on_shards(self, model_fn, deferred_input: DeferredInput, mode, config, params, ctx):
+        settings = sharded_step.ShardedSettings(
+            model_fn=model_fn,
+            config=config,
+            params=params,
+            batch_axis=self._batch_axis,
+            embedding_config_spec=self._embedding_config_spec,
+        )
         if mode == ModeKeys.TRAIN:
-            raise ValueError(
-                "Training with an EmbeddingConfigSpec of feature_to_config_dict/table_to_config_dict needs "
-                "the shards: use use_tpu=True (any num_shards, also 1 on a CPU)."
+            loop = TrainLoopSettings(
+                iterations_per_loop=self._iterations_per_training_loop,
+                host_call_every_n_steps=self._config.tpu_config.experimental_host_call_every_n_steps,
+                progress=self._progress_settings(),
             )
-        return embedding_bridge.serving_features(spec, features)
+            return TrainLoop(settings, loop, ctx).build(deferred_input.call)
+        if mode == ModeKeys.EVAL:
+            return eval_step.build_eval(settings, ctx, deferred_input.call)
+        return predict_step.build_predict(settings, ctx, deferred_input.call)
 
-    def _call_for_tpu_export(self, model_fn, features, labels, config, params):
-        """The PREDICT graph of the {serve, tpu} metagraph: `params['use_tpu']=True`; API V1 wraps it in `rewrite`."""
-        params = dict(params)
-        params["use_tpu"] = True
-        mode = ModeKeys.PREDICT
+    def _cpu_settings(self, model_fn, config, params) -> cpu_path.CpuSettings:
+        return cpu_path.CpuSettings(
+            model_fn=model_fn,
+            config=config,
+            params=params,
+            embedding_config_spec=self._embedding_config_spec,
+            progress=self._progress_settings(),
+        )
 
-        def build():
-            spec = call_user_model_fn(
-                model_fn, self._embedding_features_on_cpu(features, mode), labels, mode, config, params
-            )
-            return spec.as_estimator_spec() if isinstance(spec, TPUEstimatorSpec) else spec
-
-        if self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1):
-            captured = []
-            rewrite_lib.rewrite(lambda: captured.append(build()))
-            return captured[0]
-        return build()
+    def _progress_settings(self) -> hooks_lib.ProgressSettings:
+        return hooks_lib.ProgressSettings(
+            every_n_steps=self._log_every_n_steps,
+            every_n_secs=self._log_every_n_secs,
+            output_dir=self.model_dir if self._config.save_summary_steps else None,
+        )
 
     def _add_meta_graph_for_mode(
         self,
@@ -334,55 +312,3 @@ class TPUEstimator(_estimator_lib.Estimator):
                 check_variables=first,
                 strip_default_attrs=strip_default_attrs,
             )
-
-    def _progress_hooks(self, ctx: ShardingContext, loss, every_n_runs: Optional[int]):
-        """Loss/step logging and examples/sec, as upstream installs them."""
-        hooks = []
-        if self._log_every_n_steps is None and self._log_every_n_secs is None:
-            return hooks
-        global_step = tf.compat.v1.train.get_global_step()
-        if every_n_runs is not None:
-            hooks.append(
-                tf.compat.v1.train.LoggingTensorHook({"loss": loss, "step": global_step}, every_n_iter=every_n_runs)
-            )
-        else:
-            hooks.append(
-                tf.compat.v1.train.LoggingTensorHook(
-                    {"loss": loss, "step": global_step}, every_n_secs=self._log_every_n_secs
-                )
-            )
-        output_dir = self.model_dir if self._config.save_summary_steps else None
-        hooks.append(
-            hooks_lib.ExamplesPerSecondHook(
-                ctx.global_batch_size,
-                every_n_steps=self._log_every_n_steps,
-                every_n_secs=self._log_every_n_secs,
-                output_dir=output_dir,
-            )
-        )
-        return hooks
-
-
-def call_user_model_fn(model_fn, features, labels, mode, config, params):
-    """Calls the user's `model_fn` with the arguments it declares, as upstream does.
-
-    Raises:
-      ValueError: `model_fn` lacks `params`, or does not take labels while the input has them.
-    """
-    model_fn_args = _estimator_lib.fn_args(model_fn)
-    kwargs = {}
-    if "labels" in model_fn_args:
-        kwargs["labels"] = labels
-    elif labels is not None:
-        raise ValueError("model_fn does not take labels, but input_fn returns labels.")
-    if "mode" in model_fn_args:
-        kwargs["mode"] = mode
-    if "config" in model_fn_args:
-        kwargs["config"] = config
-    if "params" not in model_fn_args:
-        raise ValueError(
-            "model_fn ({}) does not include params argument, required by TPUEstimator to pass batch "
-            "size as params['batch_size']".format(model_fn)
-        )
-    kwargs["params"] = params
-    return model_fn(features=features, **kwargs)

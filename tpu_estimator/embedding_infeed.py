@@ -1,0 +1,76 @@
+"""TRAIN's embedding infeed: the host stage of the embedding lookup, run ahead of the training loop by a thread.
+
+An enqueue loop (its own `Session.run`, in a `TensorInfeedHook` thread) reads the input and preprocesses the
+embedding ids of several steps (`EmbeddingBridge.preprocess`) into a host queue; each training step dequeues one
+step and looks up its activations (`EmbeddingBridge.attach_activations`).
+"""
+
+from typing import Any, List, Tuple
+
+import tensorflow as tf
+
+from tpu_estimator import _tf_internal
+from tpu_estimator.embedding_bridge import EmbeddingBridge
+from tpu_estimator.input_pipeline import InputPipeline, TensorInfeedHook
+
+# How many preprocessed steps the embedding infeed thread may run ahead of the training loop.
+_DEPTH = 4
+# How many steps the embedding infeed thread prepares per Session.run.
+_STEPS_PER_RUN = 8
+
+
+class EmbeddingInfeed(object):
+    """Builds the enqueue loop now (outside the training loop) and the per-step dequeue later (inside it).
+
+    Args:
+      pipeline: the built input pipeline of TRAIN.
+      bridge: the embedding bridge of TRAIN.
+      host_device: where the queue lives.
+      sleep_secs: `TPUConfig.initial_infeed_sleep_secs`.
+    """
+
+    def __init__(self, pipeline: InputPipeline, bridge: EmbeddingBridge, host_device: str, sleep_secs):
+        self._pipeline = pipeline
+        self._bridge = bridge
+        self._host_device = host_device
+        self._queue = None
+        self._structure = None
+        self._tensors = None
+        # Each Session.run of the infeed thread prepares several steps (a per-step run would bound small models).
+        with _tf_internal.v1_control_flow():
+            enqueue_op = tf.compat.v1.while_loop(
+                lambda index: index < _STEPS_PER_RUN,
+                self._enqueue_step,
+                [tf.constant(0)],
+                parallel_iterations=1,
+                name="embedding_infeed_loop",
+            )
+        self.hook = TensorInfeedHook(enqueue_op.op, self._queue.close(cancel_pending_enqueues=True), sleep_secs)
+
+    def _enqueue_step(self, index: tf.Tensor) -> tf.Tensor:
+        per_replica, batches = self._bridge.preprocess(self._pipeline.next_step().per_replica)
+        structure = (per_replica, batches)
+        # Absent parts (labels=None of a features-only input_fn) stay in the structure, not in the queue.
+        tensors = [t for t in tf.nest.flatten(structure, expand_composites=True) if t is not None]
+        if self._queue is None:
+            with _tf_internal.outside_control_flow(), tf.device(self._host_device):
+                self._queue = tf.queue.FIFOQueue(
+                    capacity=_DEPTH, dtypes=[t.dtype for t in tensors], name="embedding_infeed"
+                )
+            self._structure, self._tensors = structure, tensors
+        with tf.device(self._host_device), tf.control_dependencies([self._queue.enqueue(tensors)]):
+            return index + 1
+
+    def dequeue(self) -> Tuple[List[Tuple[Any, Any]], Any]:
+        """In the training loop: one step's per-replica inputs with their activations, and the engine batches."""
+        with tf.device(self._host_device):
+            values = self._queue.dequeue()
+            values = list(values) if isinstance(values, (list, tuple)) else [values]
+            for value, original in zip(values, self._tensors):
+                value.set_shape(original.shape)
+            values = iter(values)
+            leaves = [
+                None if t is None else next(values) for t in tf.nest.flatten(self._structure, expand_composites=True)
+            ]
+            per_replica, batches = tf.nest.pack_sequence_as(self._structure, leaves, expand_composites=True)
+        return self._bridge.attach_activations(per_replica, batches), batches

@@ -1,0 +1,110 @@
+"""The stages every mode on shards shares: settings, the embedding bridge, and `model_fn` replicated over shards.
+
+TRAIN (`train_loop.py`), EVAL (`eval_step.py`) and PREDICT (`predict_step.py`) each read top to bottom as
+read inputs -> embedding lookup -> replicate `model_fn` -> their own reduction on the host; this module holds the
+stages they have in common.
+"""
+
+import dataclasses
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from tpu_estimator import _estimator_lib, _tf_internal, replication
+from tpu_estimator.context import ShardingContext, TPUContext
+from tpu_estimator.embedding_bridge import EmbeddingBridge
+from tpu_estimator.embedding_spec import EmbeddingConfigSpec
+from tpu_estimator.input_pipeline import InputPipeline
+from tpu_estimator.spec import call_user_model_fn, verify_spec_on_shards
+
+ModeKeys = _estimator_lib.ModeKeys
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedSettings:
+    """What every mode on shards needs from the estimator, fixed for one `model_fn` call.
+
+    Attributes:
+      model_fn: the user's `model_fn`.
+      config: the `RunConfig` passed to `model_fn`.
+      params: the params passed to `model_fn` (without `batch_size`/`context`, added per replica).
+      batch_axis: the estimator's `batch_axis` (PER_HOST_V1/SLICED split axes), or None.
+      embedding_config_spec: the estimator's `EmbeddingConfigSpec`, or None.
+    """
+
+    model_fn: Callable
+    config: Any
+    params: dict
+    batch_axis: Optional[Sequence[int]]
+    embedding_config_spec: Optional[EmbeddingConfigSpec]
+
+
+class Replicas(NamedTuple):
+    """The specs `model_fn` returned, one per replica (replica 0's side effects run), and the reductions built."""
+
+    specs: List[Any]
+    num_reductions: int
+
+
+def build_input_pipeline(
+    settings: ShardedSettings, ctx: ShardingContext, call_input_fn: Callable[[TPUContext], Any]
+) -> Tuple[InputPipeline, List[tf.compat.v1.train.SessionRunHook]]:
+    """Calls `input_fn` as the input mode says; returns `(pipeline, hooks that start the input)`."""
+    pipeline = InputPipeline(call_input_fn, ctx, settings.batch_axis)
+    return pipeline, pipeline.build()
+
+
+def embedding_bridge(settings: ShardedSettings, ctx: ShardingContext) -> Optional[EmbeddingBridge]:
+    """The bridge to the embedding engine for this mode, or None without an `EmbeddingConfigSpec`."""
+    if settings.embedding_config_spec is None:
+        return None
+    return EmbeddingBridge(
+        settings.embedding_config_spec,
+        ctx.num_replicas,
+        ctx.replica_devices,
+        ctx.mode,
+        ctx.batch_size_for_model_fn,
+        ctx.host_device,
+    )
+
+
+def replicate_model_fn(
+    settings: ShardedSettings, ctx: ShardingContext, per_replica: List[Any], bridge: Optional[EmbeddingBridge]
+) -> Replicas:
+    """Builds `model_fn` once per replica, on its device, on that replica's `(features, labels)`.
+
+    In TRAIN the embedding activations pass through the bridge's gradient tap. With `xla_compile_shards`, the
+    replicas' ops are marked for XLA compilation.
+    """
+    mode = ctx.mode
+
+    def replica_fn(replica_id: int):
+        features, labels = per_replica[replica_id]
+        if bridge is not None:
+            features = bridge.tap_activations(features)
+        params = dict(settings.params)
+        params["batch_size"] = ctx.batch_size_for_model_fn
+        params["use_tpu"] = True
+        params["context"] = TPUContext(ctx, call_from_input_fn=False)
+        spec = call_user_model_fn(settings.model_fn, features, labels, mode, settings.config, params)
+        return verify_spec_on_shards(spec, mode)
+
+    graph = tf.compat.v1.get_default_graph()
+    first_op = len(graph.get_operations())
+    built = replication.build_replicas(replica_fn, ctx.replica_devices)
+    if ctx.config.xla_compile_shards:
+        _tf_internal.mark_for_xla_compilation(graph.get_operations()[first_op:])
+    return Replicas(built.outputs, built.num_reductions)
+
+
+def read_step_with_embeddings(pipeline: InputPipeline, bridge: Optional[EmbeddingBridge]):
+    """EVAL/PREDICT: one step's input and, with embeddings, its activations looked up in the same step.
+
+    Returns:
+      `(per_replica, padding_masks)`: each replica's `(features, labels)` and the PREDICT padding masks (or None).
+    """
+    step = pipeline.next_step()
+    if bridge is None:
+        return step.per_replica, step.padding_masks
+    per_replica, _ = bridge.prepare(step.per_replica)
+    return per_replica, step.padding_masks

@@ -1,0 +1,210 @@
+"""TRAIN on shards: an in-graph loop of `iterations_per_loop` steps per `Session.run`.
+
+One step, top to bottom (`TrainLoop._step`):
+
+1. read inputs: each replica's `(features, labels)` (`input_pipeline.py`);
+2. embedding lookup: with an `EmbeddingConfigSpec`, the ids were preprocessed ahead of the loop by the embedding
+   infeed thread (`embedding_infeed.py`); the step dequeues them and looks up the activations
+   (`embedding_bridge.py`);
+3. replicate `model_fn`: built once per replica on its device (`sharded_step.replicate_model_fn`,
+   `replication.py`); replica 0's `train_op` runs;
+4. reduce and update: dense gradients are summed across replicas by `CrossShardOptimizer` inside the replicas
+   (checked here); the embedding gradients tapped in every replica are joined and applied once per unique id by
+   the engine (`embedding_bridge.py`), now or, pipelined, in the next step;
+5. host calls: `host_call` tensors of every replica are concatenated and queued every
+   `experimental_host_call_every_n_steps` steps; `host_fn` runs after the loop (`host_calls.HostCallOutfeed`).
+
+The loop returns the train op (the last step's loss) and the hooks that size and stop the loops, start the
+input, drain the host calls and report progress (`hooks.py`).
+"""
+
+import dataclasses
+from typing import Any, List
+
+import tensorflow as tf
+
+from tpu_estimator import _estimator_lib, _tf_internal, sharded_step
+from tpu_estimator import hooks as hooks_lib
+from tpu_estimator import host_calls as host_calls_lib
+from tpu_estimator.context import ShardingContext
+from tpu_estimator.embedding_infeed import EmbeddingInfeed
+from tpu_estimator.spec import call_scaffold_fn
+from tpu_estimator.tpu_config import IterationsPerLoopCounter
+
+ModeKeys = _estimator_lib.ModeKeys
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainLoopSettings:
+    """The loop's own settings.
+
+    Attributes:
+      iterations_per_loop: the parsed `TPUConfig.iterations_per_loop` (a count or a period).
+      host_call_every_n_steps: `TPUConfig.experimental_host_call_every_n_steps`.
+      progress: loss/step logging and examples/sec.
+    """
+
+    iterations_per_loop: IterationsPerLoopCounter
+    host_call_every_n_steps: int
+    progress: hooks_lib.ProgressSettings
+
+
+class TrainLoop(object):
+    """Builds the TRAIN graph on shards: the loop, its train op and its hooks.
+
+    Args:
+      settings: what every mode on shards needs (`model_fn`, params, embedding spec, ...).
+      loop: the loop's own settings.
+      ctx: the `ShardingContext` of TRAIN.
+    """
+
+    def __init__(self, settings: sharded_step.ShardedSettings, loop: TrainLoopSettings, ctx: ShardingContext):
+        self._settings = settings
+        self._loop = loop
+        self._ctx = ctx
+        self._pipeline = None
+        self._bridge = None
+        self._infeed = None
+        self._host_calls = host_calls_lib.HostCallOutfeed(ctx.host_device, loop.host_call_every_n_steps)
+        self._replica0_spec = None  # what replica 0's model_fn returned, once the step is traced
+
+    def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
+        """Calls `input_fn`, builds the loop, and returns its `EstimatorSpec` (train op, loss, hooks, scaffold)."""
+        ctx = self._ctx
+        self._pipeline, input_hooks = sharded_step.build_input_pipeline(self._settings, ctx, call_input_fn)
+        self._bridge = sharded_step.embedding_bridge(self._settings, ctx)
+        if self._bridge is not None:
+            self._infeed = EmbeddingInfeed(
+                self._pipeline, self._bridge, ctx.host_device, ctx.config.tpu_config.initial_infeed_sleep_secs
+            )
+            input_hooks = list(input_hooks) + [self._infeed.hook]
+        loss = self._build_loop()
+        if self._bridge is not None:
+            # Outside the loop: registration builds initialisation checks that must not live in the loop frame.
+            self._bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
+        spec = self._replica0_spec
+        hooks = list(input_hooks) + list(spec.training_hooks or [])
+        if getattr(spec, "host_call", None) is not None:
+            hooks.append(self._host_calls.hook(spec.host_call))
+        hooks.extend(self._progress_hooks(loss))
+        hooks.append(hooks_lib.InstallSignalHandlerHook())
+        return _estimator_lib.EstimatorSpec(
+            mode=ModeKeys.TRAIN,
+            loss=loss,
+            train_op=loss.op,
+            training_hooks=hooks,
+            scaffold=call_scaffold_fn(getattr(spec, "scaffold_fn", None)),
+        )
+
+    # ---- the loop ---------------------------------------------------------------------------------------------
+
+    @property
+    def _pipelined(self) -> bool:
+        return self._bridge is not None and self._bridge.pipelined
+
+    def _build_loop(self) -> tf.Tensor:
+        """The while loop of one `Session.run`; returns the last step's loss (after every step's updates)."""
+        ipl = self._loop.iterations_per_loop
+        iterations = hooks_lib.iterations_per_loop_tensor(ipl.value if ipl.unit == "count" else 1)
+        initial = [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)]
+        invariants = [tf.TensorShape([]), tf.TensorShape([])]
+        if self._pipelined:
+            initial += self._bridge.empty_pending()
+            invariants += self._bridge.pending_shape_invariants()
+        with _tf_internal.v1_control_flow():
+            outputs = tf.compat.v1.while_loop(
+                lambda step, *_: step < iterations,
+                self._step,
+                initial,
+                shape_invariants=invariants,
+                parallel_iterations=1,
+                name="training_loop",
+            )
+        loss = outputs[1]
+        if self._pipelined:
+            # The last step's update is applied when the loop ends, so every step's update lands in this Session.run.
+            with tf.control_dependencies([loss]):
+                final_update = self._bridge.apply_pending(list(outputs[2:]))
+            with tf.control_dependencies([final_update]):
+                loss = tf.identity(loss)
+        return loss
+
+    def _step(self, step: tf.Tensor, unused_loss: tf.Tensor, *pending: tf.Tensor) -> List[tf.Tensor]:
+        """One training step, the loop body: `[step + 1, loss] + pending embedding update`."""
+        graph = tf.compat.v1.get_default_graph()
+        first_op = len(graph.get_operations())
+        per_replica, batches = self._read_inputs_and_look_up_embeddings()
+        replicas = self._replicate_model_fn(per_replica)
+        step_ops = graph.get_operations()[first_op:]
+        spec = replicas.specs[0]
+        side_effects = [spec.train_op]
+        embedding_update, next_pending = self._update_embeddings(per_replica, batches, list(pending), step_ops)
+        side_effects += embedding_update
+        side_effects += self._enqueue_host_calls(replicas, step, step_ops)
+        with tf.control_dependencies(side_effects):
+            loss = tf.identity(tf.cast(spec.loss, tf.float32))
+        return [step + 1, loss] + next_pending
+
+    # ---- the stages of one step ------------------------------------------------------------------------------
+
+    def _read_inputs_and_look_up_embeddings(self):
+        """Stages 1-2: each replica's `(features, labels)` (with activations) and the engine batches (or None)."""
+        if self._infeed is None:
+            return self._pipeline.next_step().per_replica, None
+        return self._infeed.dequeue()
+
+    def _replicate_model_fn(self, per_replica: List[Any]) -> sharded_step.Replicas:
+        """Stage 3: `model_fn` on every replica; checks that replica 0 returned a loss and a train op.
+
+        Raises:
+          ValueError: several replicas but no cross-replica reduction (no `CrossShardOptimizer`), or no
+            loss/train_op.
+        """
+        replicas = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, self._bridge)
+        if self._ctx.num_replicas > 1 and replicas.num_reductions == 0:
+            raise ValueError("CrossShardOptimizer must be used for model training on TPUs.")
+        spec = replicas.specs[0]
+        if spec.loss is None or spec.train_op is None:
+            raise ValueError("model_fn must return loss and train_op in TRAIN mode.")
+        self._replica0_spec = spec
+        return replicas
+
+    def _update_embeddings(self, per_replica, batches, pending: List[tf.Tensor], step_ops):
+        """Stage 4 (embeddings): the engine update of this step's tapped gradients (pipelined: of the previous step).
+
+        Returns:
+          `(ops to run with the step, the pending update to carry to the next step)`.
+        """
+        if self._bridge is None:
+            return [], []
+        next_pending = []
+        if self._pipelined:
+            # The previous step's update runs after this step's lookups: activations are one update stale.
+            inputs = [t for t in tf.nest.flatten(per_replica, expand_composites=True) if t is not None]
+            with tf.control_dependencies(inputs):
+                update = self._bridge.apply_pending(pending)
+            next_pending = self._bridge.step_pending(batches)
+        else:
+            update = self._bridge.apply_gradients(batches)
+        # As on a TPU, the step's reads (learning_rate_fn(global_step)) see the values from before the step.
+        _tf_internal.order_variable_writes_after([update], step_ops)
+        return [update], next_pending
+
+    def _enqueue_host_calls(self, replicas: sharded_step.Replicas, step: tf.Tensor, step_ops) -> List[tf.Operation]:
+        """Stage 5: queues the `host_call` tensors of every replica (every n-th step)."""
+        if getattr(replicas.specs[0], "host_call", None) is None:
+            return []
+        enqueue, host_tensors = self._host_calls.enqueue([s.host_call for s in replicas.specs], step)
+        # The host call sees the variables from before the step's updates, as on a TPU.
+        _tf_internal.order_variable_writes_after(host_tensors, step_ops)
+        return [enqueue]
+
+    # ---- after the loop --------------------------------------------------------------------------------------
+
+    def _progress_hooks(self, loss: tf.Tensor) -> List[tf.compat.v1.train.SessionRunHook]:
+        progress = self._loop.progress
+        every_n_runs = None
+        if progress.every_n_steps is not None:
+            # Hooks see one run per loop.
+            every_n_runs = hooks_lib.logging_every_n_runs(progress.every_n_steps, self._loop.iterations_per_loop)
+        return hooks_lib.progress_hooks(loss, self._ctx.global_batch_size, progress, every_n_runs)
