@@ -46,10 +46,10 @@ def model_fn(features, labels, mode, params):
     return te.TPUEstimatorSpec(mode, loss=loss, train_op=tf.group(main_op, aux_op))
 
 
-def make_estimator(model_dir, model=model_fn, **kwargs):
+def make_estimator(model_dir, model=model_fn, save_checkpoints_steps=1, **kwargs):
     config = te.RunConfig(
         model_dir=str(model_dir),
-        save_checkpoints_steps=1,
+        save_checkpoints_steps=save_checkpoints_steps,
         keep_checkpoint_max=None,
         tpu_config=te.TPUConfig(iterations_per_loop=1, num_shards=1),
     )
@@ -90,6 +90,17 @@ def test_non_finite_dense_weights_are_never_checkpointed(tmp_path, poison, kind)
     final = checkpoint_values(tf.train.latest_checkpoint(str(tmp_path)))
     assert final["global_step"] == STEPS
     assert all(np.all(np.isfinite(v)) for v in final.values())
+
+
+def test_the_final_checkpoint_of_train_is_checked_too(tmp_path):
+    """Saves only at the start and at the end of `train`: the end's save is refused, step 0 stays the latest."""
+    estimator = make_estimator(tmp_path, save_checkpoints_steps=1000)
+    with pytest.raises(
+        NonFiniteCheckpointError, match=r"global step {} to .*: non-finite values in 'aux/kernel' \(Inf\)".format(STEPS)
+    ):
+        estimator.train(make_input_fn(np.inf), max_steps=STEPS)
+    assert checkpoint_steps(tmp_path) == [0]
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-0")
 
 
 def test_finite_runs_checkpoint_as_before(tmp_path):
