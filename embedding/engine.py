@@ -18,6 +18,7 @@ The engine is independent of estimators and works eagerly, in `tf.function` and 
 import collections
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+import numpy as np
 import tensorflow as tf
 
 from embedding import checkpointing, combiners, preprocessing
@@ -35,11 +36,13 @@ def unfoldable_zero() -> tf.Tensor:
 def check_finite(
     values: Union[tf.Tensor, Sequence[tf.Tensor]], message: str, zero: Optional[tf.Tensor] = None
 ) -> tf.Tensor:
-    """Raises InvalidArgumentError (`message` + ": Tensor had NaN values") if `values` have a NaN or Inf.
+    """Raises InvalidArgumentError (`message` + ": Tensor had NaN values", "Inf values" or "Inf and NaN values")
+    if `values` have a NaN or Inf.
 
     Exact and several times cheaper than `tf.debugging.check_numerics` on the whole tensor (measured 7x on
     26 x [18000, 64]): `sum(values * 0)` is 0 when every value is finite and NaN otherwise (NaN * 0 and Inf * 0
-    are NaN; no overflow is possible), so only a scalar is checked.
+    are NaN; no overflow is possible), so only a scalar is checked. Only when that scalar is not finite are the
+    values scanned again, to say whether they hold NaN, Inf or both.
 
     Args:
       values: a float tensor or a list of them (checked together: one scalar, one check).
@@ -49,10 +52,22 @@ def check_finite(
     Returns:
       The checked scalar (a gate for control dependencies in graph mode).
     """
-    values = [tf.convert_to_tensor(v) for v in (values if isinstance(values, (list, tuple)) else [values])]
+    values = [
+        tf.cast(tf.convert_to_tensor(v), tf.float32)
+        for v in (values if isinstance(values, (list, tuple)) else [values])
+    ]
     zero = unfoldable_zero() if zero is None else zero
-    sums = [tf.reduce_sum(tf.cast(v, tf.float32) * zero) for v in values]
-    return tf.debugging.check_numerics(sums[0] if len(sums) == 1 else tf.add_n(sums), message)
+    sums = [tf.reduce_sum(v * zero) for v in values]
+    total = sums[0] if len(sums) == 1 else tf.add_n(sums)
+
+    def report_non_finite():
+        has_nan = tf.reduce_any(tf.stack([tf.reduce_any(tf.math.is_nan(v)) for v in values]))
+        has_inf = tf.reduce_any(tf.stack([tf.reduce_any(tf.math.is_inf(v)) for v in values]))
+        # check_numerics names what it finds: "NaN", "Inf" or "Inf and NaN".
+        marks = tf.stack([tf.where(has_nan, np.float32(np.nan), 0.0), tf.where(has_inf, np.float32(np.inf), 0.0)])
+        return tf.reduce_sum(tf.debugging.check_numerics(marks, message))
+
+    return tf.cond(tf.math.is_finite(total), lambda: total, report_non_finite)
 
 
 class EmbeddingEngine(tf.Module):

@@ -11,6 +11,11 @@ TensorFlow runtime. Results have the shapes of the training path (`TPUEmbedding.
   a multiple of the batch);
 - weights of sequence features scale their rows, as in training (upstream's CPU path rejects them);
 - an `output_shape` in the FeatureConfig reshapes the result to `output_shape + [dim]`.
+
+Ids outside `[0, vocabulary_size)`: by default as upstream's CPU lookups (the safe sparse lookup drops negative
+ids; gathers fail on them). With `check_ids=True`, every lookup first checks its ids exactly as training does
+(`check_ids_in_range`): an `InvalidArgumentError` names the feature and the table. `TPUEstimator` exports and CPU-path
+modes use `check_ids=True`, so a model never serves ids that it would refuse to train on.
 """
 
 from typing import Any, Dict, Optional
@@ -21,7 +26,68 @@ import tensorflow as tf
 from embedding import config as config_lib
 from embedding.engine import EmbeddingEngine
 
-__all__ = ["serving_embedding_lookup", "TPUEmbeddingForServing"]
+__all__ = ["check_ids_in_range", "serving_embedding_lookup", "TPUEmbeddingForServing"]
+
+
+def _id_values(ids: Any) -> tf.Tensor:
+    if isinstance(ids, tf.SparseTensor):
+        return ids.values
+    if isinstance(ids, tf.RaggedTensor):
+        return ids.flat_values
+    return tf.convert_to_tensor(ids)
+
+
+def _id_range_check(values: tf.Tensor, vocabulary_size: int, feature: str, table: str) -> Optional[tf.Operation]:
+    """Training's id validation (`embedding.preprocessing`): an assert op, or None eagerly (then it has run)."""
+    vocab = int(vocabulary_size)
+    return tf.debugging.Assert(
+        tf.reduce_all(tf.logical_and(values >= 0, values < tf.cast(vocab, values.dtype))),
+        [
+            f"Feature {feature!r} (table {table!r}): ids must be in [0, {vocab}) (vocabulary_size); "
+            "smallest and largest id:",
+            tf.reduce_min(values),
+            tf.reduce_max(values),
+        ],
+    )
+
+
+def _gated(ids: Any, check: Optional[tf.Operation]) -> Any:
+    """`ids` (dense, sparse or ragged) read only after `check` has passed."""
+    if check is None:
+        return ids
+    with tf.control_dependencies([check]):
+        if isinstance(ids, tf.SparseTensor):
+            return tf.SparseTensor(ids.indices, tf.identity(ids.values), ids.dense_shape)
+        if isinstance(ids, tf.RaggedTensor):
+            return ids.with_flat_values(tf.identity(ids.flat_values))
+        return tf.identity(ids)
+
+
+def check_ids_in_range(ids: Any, vocabulary_size: int, feature: str, table: str) -> Any:
+    """`ids` (dense, sparse or ragged), checked as training checks them: every id in `[0, vocabulary_size)`.
+
+    Args:
+      ids: int ids: a `tf.Tensor`, `tf.SparseTensor` or `tf.RaggedTensor`.
+      vocabulary_size: rows of the table.
+      feature: the feature's name (in the error).
+      table: the table's name (in the error).
+
+    Returns:
+      `ids`, gated by the check in graphs (eagerly the check has run).
+
+    Raises:
+      tf.errors.InvalidArgumentError: (at run time, or at once eagerly) an id outside the range; the message names
+        the feature, the table, the range and the smallest and largest id.
+    """
+    return _gated(ids, _id_range_check(_id_values(ids), vocabulary_size, feature, table))
+
+
+def _ids_to_check(inp: Any, feature: Any) -> Any:
+    """The ids training validates: a dense sequence feature's ids are cut to `max_sequence_length` first."""
+    seq_len = int(getattr(feature, "max_sequence_length", 0) or 0)
+    if isinstance(inp, tf.Tensor) and seq_len > 0 and _output_shape(feature) is None and inp.shape.rank == 2:
+        return inp[:, :seq_len]
+    return inp
 
 
 def _shards(table: Any) -> Any:
@@ -162,7 +228,9 @@ def _ragged_lookup(
 
 
 @tf.autograph.experimental.do_not_convert
-def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Dict[Any, Any], feature_config: Any) -> Any:
+def serving_embedding_lookup(
+    inputs: Any, weights: Optional[Any], tables: Dict[Any, Any], feature_config: Any, check_ids: bool = False
+) -> Any:
     """Embedding lookups with plain TensorFlow ops on full tables (for CPU serving and export).
 
     Args:
@@ -171,12 +239,15 @@ def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Dict[A
       tables: `{TableConfig (or table name): table}`; a table is a `tf.Variable`/tensor `[vocab, dim]`, a
         `ShardedVariable`, or a list of 'div' shards (e.g. `TPUEmbedding.embedding_tables`).
       feature_config: A nest of `FeatureConfig` (ours or upstream's).
+      check_ids: Check that every id is in `[0, vocabulary_size)`, as training does (`check_ids_in_range`),
+        instead of upstream's CPU behaviour (negative sparse ids dropped).
 
     Returns:
       A nest like `inputs` of float32 activations (shapes: see the module docstring).
 
     Raises:
       ValueError: structure mismatch, weights for dense ids, weight type mismatch, bad ranks, missing tables.
+      tf.errors.InvalidArgumentError: with `check_ids`, an id out of range (at run time in graphs).
     """
     tf.nest.assert_same_structure(inputs, feature_config)
     flat_inputs = tf.nest.flatten(inputs)
@@ -199,6 +270,9 @@ def serving_embedding_lookup(inputs: Any, weights: Optional[Any], tables: Dict[A
                     f"Weight for {path} is of type {type(weight)} but it does not match type of the "
                     f"input which is {type(inp)}."
                 )
+        if check_ids and isinstance(inp, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
+            values = _id_values(_ids_to_check(inp, feature))
+            inp = _gated(inp, _id_range_check(values, feature.table.vocabulary_size, path, feature.table.name))
         if isinstance(inp, tf.Tensor):
             outputs.append(_dense_lookup(inp, table, feature, dim, path))
         elif isinstance(inp, tf.SparseTensor):

@@ -69,13 +69,16 @@ def call_on_cpu(
 def embedding_features(spec: Optional[EmbeddingConfigSpec], features, mode: str):
     """Dict-configured embeddings off the shards: activations from plain lookups on the full tables.
 
-    Feature-column models need nothing: the columns look up their own variables on the CPU path.
+    Feature-column models: the columns look up their own variables on the CPU path, from inputs whose ids are
+    first checked as training checks them (`embedding_bridge.checked_column_features`).
 
     Raises:
       ValueError: training dict-configured embeddings on the CPU path (their optimizer runs on shards).
     """
-    if spec is None or spec.feature_columns:
+    if spec is None:
         return features
+    if spec.feature_columns:
+        return embedding_bridge.checked_column_features(spec, features)
     if mode == ModeKeys.TRAIN:
         raise ValueError(
             "Training with an EmbeddingConfigSpec of feature_to_config_dict/table_to_config_dict needs "

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, cpu_path, eval_step, predict_step, sharded_step
+from tpu_estimator import _estimator_lib, cpu_path, eval_step, predict_step, sharded_step, train_guard
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator.context import ShardingContext
 from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, check_positive_integer, parse_iterations_per_loop
@@ -154,6 +154,18 @@ class TPUEstimator(_estimator_lib.Estimator):
         )
 
     # ---- Estimator overrides --------------------------------------------------------------------------------
+
+    def train(self, input_fn, hooks=None, steps=None, max_steps=None, saving_listeners=None):
+        """The Estimator's `train` as the only writer of `model_dir`, never checkpointing NaN/Inf (`train_guard`).
+
+        Raises:
+          tpu_estimator.model_dir_lock.ModelDirLockedError: another process trains into `model_dir`.
+          tpu_estimator.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
+        """
+        with train_guard.guard_training(self, steps, max_steps, saving_listeners) as guarded:
+            if guarded.already_done:
+                return self
+            return super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
 
     def _call_input_fn(self, input_fn, mode, input_context=None):
         """Calls `input_fn` on the CPU path; on shards returns it deferred, to be called inside `model_fn`."""

@@ -1,0 +1,243 @@
+"""One writer per model_dir: a second trainer fails fast naming the holder; dead holders are taken over;
+readers need no lock; `max_steps` already reached trains nothing; a `kill -9`ed run resumes bit-identically."""
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.estimator import guarded_trainer
+from tpu_estimator import model_dir_lock
+from tpu_estimator.model_dir_lock import LOCK_FILE_NAME, ModelDirLock, ModelDirLockedError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MAX_STEPS = 5
+TIMEOUT_SECS = 240
+
+
+def start_trainer(model_dir, max_steps=MAX_STEPS, gate=None):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+    command = [sys.executable, "-m", "tests.estimator.guarded_trainer", str(model_dir), str(max_steps)]
+    if gate is not None:
+        command.append(str(gate))
+    return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process):
+    try:
+        output, _ = process.communicate(timeout=TIMEOUT_SECS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        raise AssertionError("trainer timed out:\n" + output[-4000:])
+    return process.returncode, output
+
+
+def wait_for(path, process):
+    deadline = time.time() + TIMEOUT_SECS
+    while not os.path.exists(path):
+        if process.poll() is not None or time.time() > deadline:
+            raise AssertionError("trainer never reached the gate:\n" + process.communicate()[0][-4000:])
+        time.sleep(0.1)
+
+
+def train_seconds(output):
+    return float(output.split("TRAIN_SECONDS ", 1)[1].split()[0])
+
+
+def checkpoint_values(model_dir):
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory):
+    """The final checkpoint of an uninterrupted run (in this process)."""
+    model_dir = tmp_path_factory.mktemp("undisturbed")
+    guarded_trainer.make_estimator(model_dir).train(guarded_trainer.input_fn, max_steps=MAX_STEPS)
+    values = checkpoint_values(model_dir)
+    assert values["global_step"] == MAX_STEPS
+    return values
+
+
+def assert_same_checkpoint(values, expected):
+    assert sorted(values) == sorted(expected)
+    for name in expected:
+        np.testing.assert_array_equal(values[name], expected[name], err_msg=name)
+
+
+def test_second_trainer_fails_fast_naming_the_holder(tmp_path, undisturbed):
+    model_dir, gate = tmp_path / "model", tmp_path / "gate"
+    first = start_trainer(model_dir, gate=gate)
+    try:
+        wait_for(str(gate) + ".waiting", first)  # The first trainer holds the lock and is mid-run.
+        code, output = finish(start_trainer(model_dir))
+    finally:
+        gate.touch()
+    first_code, first_output = finish(first)
+    assert code == 3, output
+    assert train_seconds(output) < 5.0, output
+    error = output.split("ERROR ", 1)[1]
+    assert error.startswith("ModelDirLockedError: model_dir {} is being trained by another process".format(model_dir))
+    assert "host {}, pid {}, since ".format(socket.gethostname(), first.pid) in error
+    assert "delete the lock file {}".format(model_dir / LOCK_FILE_NAME) in error
+    # The first run is undisturbed: exactly the checkpoint of an uninterrupted run; its lock is released.
+    assert first_code == 0, first_output
+    assert_same_checkpoint(checkpoint_values(model_dir), undisturbed)
+    assert not (model_dir / LOCK_FILE_NAME).exists()
+
+    # Another process finds max_steps reached by that checkpoint: it trains nothing and says so.
+    before = sorted(os.listdir(model_dir))
+    code, output = finish(start_trainer(model_dir))
+    assert code == 0, output
+    assert (
+        "Not training: the latest checkpoint in {} is at global step {}, max_steps={} is already reached".format(
+            model_dir, MAX_STEPS, MAX_STEPS
+        )
+        in output
+    )
+    assert sorted(os.listdir(model_dir)) == before
+    assert_same_checkpoint(checkpoint_values(model_dir), undisturbed)
+
+
+def test_killed_trainer_resumes_bit_identically_taking_over_its_lock(tmp_path, undisturbed):
+    model_dir, gate = tmp_path / "model", tmp_path / "gate"
+    killed = start_trainer(model_dir, gate=gate)
+    wait_for(str(gate) + ".waiting", killed)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.communicate(timeout=TIMEOUT_SECS)
+    holder = json.loads((model_dir / LOCK_FILE_NAME).read_text())
+    assert holder["pid"] == killed.pid  # Left behind by the killed run.
+    assert checkpoint_values(model_dir)["global_step"] == guarded_trainer.GATE_STEP
+
+    code, output = finish(start_trainer(model_dir))
+    assert code == 0, output
+    assert (
+        "Taking over the training lock of {} from host {}, pid {}".format(model_dir, socket.gethostname(), killed.pid)
+        in output
+    )
+    assert "its process is not running" in output
+    assert_same_checkpoint(checkpoint_values(model_dir), undisturbed)
+    assert not (model_dir / LOCK_FILE_NAME).exists()
+
+
+# ---------------------------------------------------------------------------------------------- in process
+
+
+def write_lock(model_dir, **fields):
+    os.makedirs(model_dir, exist_ok=True)
+    holder = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "process_start": model_dir_lock._process_start(os.getpid()),
+        "boot_id": model_dir_lock._boot_id(),
+        "start_time": time.time() - 60,
+        "heartbeat": time.time(),
+        "token": "someone-else",
+    }
+    holder.update(fields)
+    with open(os.path.join(model_dir, LOCK_FILE_NAME), "w") as f:
+        json.dump(holder, f)
+    return holder
+
+
+def dead_pid():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_live_holder_refuses_in_process(tmp_path):
+    write_lock(str(tmp_path))  # Held by a live process (this one, under another token).
+    start = time.time()
+    with pytest.raises(ModelDirLockedError) as raised:
+        guarded_trainer.make_estimator(tmp_path).train(guarded_trainer.input_fn, max_steps=2)
+    assert time.time() - start < 5.0
+    assert "host {}, pid {}, since ".format(socket.gethostname(), os.getpid()) in str(raised.value)
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize(
+    "holder",
+    [
+        {"pid": "dead"},  # Same host and boot, pid not running.
+        {"process_start": "1"},  # Same host and boot, the pid is now another process.
+        {"host": "elsewhere", "heartbeat": time.time() - 3600},  # Another host, heartbeat an hour old.
+    ],
+)
+def test_provably_gone_holder_is_taken_over(tmp_path, caplog, holder):
+    if holder.get("pid") == "dead":
+        holder = dict(holder, pid=dead_pid())
+    write_lock(str(tmp_path), **holder)
+    with caplog.at_level(logging.WARNING):
+        guarded_trainer.make_estimator(tmp_path).train(guarded_trainer.input_fn, max_steps=2)
+    assert checkpoint_values(tmp_path)["global_step"] == 2
+    assert "Taking over the training lock of {}".format(tmp_path) in caplog.text
+    assert not (tmp_path / LOCK_FILE_NAME).exists()
+
+
+def test_live_holder_on_another_host_is_not_taken_over(tmp_path):
+    write_lock(str(tmp_path), host="elsewhere", pid=1, heartbeat=time.time() - 30)
+    with pytest.raises(ModelDirLockedError, match=r"host elsewhere, pid 1, since .* \(last heartbeat 3\d s ago\)"):
+        ModelDirLock(str(tmp_path)).acquire()
+
+
+def test_heartbeat_refreshes_the_lock_file(tmp_path):
+    with ModelDirLock(str(tmp_path), heartbeat_secs=0.2, stale_after_secs=1.0) as lock:
+        first = json.loads((tmp_path / LOCK_FILE_NAME).read_text())
+        time.sleep(0.7)
+        second = json.loads((tmp_path / LOCK_FILE_NAME).read_text())
+        assert second["token"] == first["token"] and second["heartbeat"] > first["heartbeat"]
+        assert second["start_time"] == first["start_time"]
+        # A contender on another host would judge it alive: the heartbeat is fresh.
+        assert lock._gone_reason(dict(second, host="elsewhere")) is None
+    assert not (tmp_path / LOCK_FILE_NAME).exists()
+
+
+def serving_input_receiver_fn():
+    feature = tf.compat.v1.placeholder(tf.float32, [None, 4])
+    return tf.estimator.export.TensorServingInputReceiver(feature, feature)
+
+
+def test_readers_need_no_lock(tmp_path):
+    estimator = guarded_trainer.make_estimator(tmp_path)
+    estimator.train(guarded_trainer.input_fn, max_steps=2)
+    with ModelDirLock(str(tmp_path)):  # A writer holds model_dir.
+        metrics = estimator.evaluate(guarded_trainer.input_fn, steps=1)
+        predictions = list(estimator.predict(lambda params: tf.data.Dataset.from_tensors(guarded_trainer.X)))
+        export_dir = estimator.export_saved_model(str(tmp_path / "export"), serving_input_receiver_fn)
+        with pytest.raises(ModelDirLockedError):
+            estimator.train(guarded_trainer.input_fn, max_steps=4)
+    assert metrics["global_step"] == 2
+    assert len(predictions) == guarded_trainer.BATCH
+    assert os.path.isdir(export_dir)
+
+
+def test_max_steps_reached_runs_no_step(tmp_path, caplog):
+    calls = []
+
+    def counting_model_fn(features, labels, mode, params):
+        calls.append(mode)
+        return guarded_trainer.model_fn(features, labels, mode, params)
+
+    guarded_trainer.make_estimator(tmp_path).train(guarded_trainer.input_fn, max_steps=3)
+    before = checkpoint_values(tmp_path)
+    files = sorted(os.listdir(tmp_path))
+    again = guarded_trainer.make_estimator(tmp_path, counting_model_fn)
+    with caplog.at_level(logging.WARNING):
+        assert again.train(guarded_trainer.input_fn, max_steps=3) is again
+    assert calls == []
+    assert sorted(os.listdir(tmp_path)) == files
+    assert_same_checkpoint(checkpoint_values(tmp_path), before)
+    assert (
+        "Not training: the latest checkpoint in {} is at global step 3, max_steps=3 is already reached".format(tmp_path)
+        in caplog.text
+    )
