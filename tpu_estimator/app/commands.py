@@ -124,8 +124,12 @@ def _data_description(config: config_file.Config, training: bool) -> str:
 # Subcommands.
 
 
-class TargetReached(Exception):
-    """`train` found the model directory already at the target step (not an error: nothing to do)."""
+class NothingToDo(Exception):
+    """Not an error: the subcommand had nothing to do (its message says why); no metrics are written."""
+
+
+class TargetReached(NothingToDo):
+    """`train` found the model directory already at the target step."""
 
 
 def train(config: config_file.Config, flag_values: flags.FlagValues, last_step: Optional[int] = None) -> Dict[str, Any]:
@@ -279,8 +283,7 @@ def predict(config: Optional[config_file.Config], flag_values: flags.FlagValues)
     n = len(next(iter(predictions.values()))) if predictions else 0
     source = ", ".join(flag_values.input) if flag_values.input else "the evaluation data"
     if n == 0:
-        print(f"predict: no rows in {source}: nothing written to {output}")
-        return {"num_predictions": 0, "output": None, "source": export_dir or "checkpoint", "mean_probability": None}
+        raise NothingToDo(f"no rows in {source}: nothing written (neither {output} nor metrics_predict.json)")
     labels = cli_predict.labels_of(rows(batch_size))
     cli_predict.write_predictions(output, predictions, labels)
     print(f"wrote {n} predictions to {output}")
@@ -346,6 +349,9 @@ def run(subcommand: str, config: Optional[config_file.Config], flag_values: flag
     except TargetReached as e:
         print(f"{subcommand}: {e}; {os.path.join(config.model_dir, 'metrics_train.json')} is kept")
         return 0
+    except NothingToDo as e:
+        print(f"{subcommand}: {e}")
+        return 0
     if subcommand == "data":
         return 0
     # benchmark trains in a temporary directory: its metrics go to --model_dir only when one is given.
@@ -382,7 +388,8 @@ def explain(error: BaseException, config: Optional[config_file.Config]) -> Optio
     if isinstance(error, tf.errors.OpError):
         match = _MALFORMED_LINE.search(message)
         if match:
-            return f"{match.group(1).strip()} (data.skip_malformed=true skips malformed lines)"
+            skip = "data.skip_malformed=true" if config else "--skip_malformed"
+            return f"{match.group(1).strip()} ({skip} skips malformed lines)"
     data = config.data if config else None
     paths = ", ".join((data.train_paths or []) + (data.eval_paths or [])) if data else ""
     if isinstance(error, tf.errors.DataLossError):

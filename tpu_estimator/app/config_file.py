@@ -700,9 +700,10 @@ def resolve_config_path(name_or_path: str) -> str:
     name = name_or_path[: -len(".yaml")] if name_or_path.endswith(".yaml") else name_or_path
     if name in builtin_config_names():
         return os.path.join(BUILTIN_CONFIG_DIR, *name.split("/")) + ".yaml"
+    main_names = [n for n in builtin_config_names() if "/" not in n]
     raise FileNotFoundError(
         f"no such file: {quote(name_or_path)[1:-1]} (and no built-in config of that name: "
-        f"{', '.join(builtin_config_names())})"
+        f"{', '.join(main_names)}, or bench/...)"
     )
 
 
