@@ -295,3 +295,55 @@ def test_data_command_flag_errors(args, message, capsys):
 def test_held_out_path():
     assert data_command.held_out_path("/d/day_0.tsv") == "/d/day_0.held_out.tsv"
     assert data_command.held_out_path("x.tfrecord") == "x.held_out.tfrecord"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tpu-estimator-run's line, the converter module, and other failures as one line.
+
+
+def test_launcher_line_says_shards_and_ignored_tpu_address():
+    from tpu_estimator.compat import launcher
+
+    args = ["--tpu=grpc://10.0.0.2:8470", "--model_dir=/m", "--tpu_name", "my-tpu", "--master=local"]
+    assert launcher.tpu_addresses(args) == ["--tpu=grpc://10.0.0.2:8470", "--tpu_name=my-tpu"]
+    assert launcher.describe_run("4", 0, args) == (
+        "tpu-estimator-run: running on 4 shards on logical CPU devices (--num_shards); "
+        "--tpu=grpc://10.0.0.2:8470, --tpu_name=my-tpu ignored (no TPU: everything runs on this machine)"
+    )
+    assert launcher.describe_run("2", 2, []) == (
+        "tpu-estimator-run: running on 2 shards on GPUs (--num_shards); no TPU: everything runs on this machine"
+    )
+    assert launcher.describe_run(None, 0, ["--tpu=x"]).startswith(
+        "tpu-estimator-run: running on the shards of the program's TPUConfig(num_shards=...), else 1 (CPU); "
+        "--num_shards=N sets them; --tpu=x ignored"
+    )
+
+
+def test_convert_module_prints_its_result_once_without_a_runpy_warning(tmp_path):
+    tsv = tmp_path / "rows.tsv"
+    tsv.write_text("1\t5" + "\t" * 12 + "\tab" + "\t" * 25 + "\n")
+    code = (
+        "import runpy, sys; sys.argv = ['convert', '--input=%s', '--output=%s'];"
+        "runpy.run_module('tpu_estimator.app.data.convert', run_name='__main__', alter_sys=True)"
+    ) % (tsv, tmp_path / "rows.tfrecord")
+    proc = run_subprocess(code, python_code=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "wrote 1 records, skipped 0 malformed lines\n"
+    assert "RuntimeWarning" not in proc.stderr
+    assert not any(marker in proc.stderr for marker in TF_LOG_MARKERS), proc.stderr
+
+
+def test_other_failures_are_one_line_with_exit_1(tmp_path, capsys, monkeypatch):
+    from tpu_estimator.app import commands
+
+    def locked(config, flag_values, last_step=None):
+        raise RuntimeError(f"model_dir {config.model_dir} is in use by another training process (pid 42)\ndetails")
+
+    monkeypatch.setitem(commands._RUNNERS, "train", locked)
+    assert run_in_process("train", "--config=dlrm_tiny", f"--model_dir={tmp_path}") == 1
+    assert one_error_line(capsys, "train") == (
+        f"tpu-estimator train: error: RuntimeError: model_dir {tmp_path} is in use by another training process "
+        "(pid 42) (--traceback shows the full traceback)"
+    )
+    with pytest.raises(RuntimeError, match="in use by another training process"):
+        run_in_process("train", "--config=dlrm_tiny", f"--model_dir={tmp_path}", "--traceback")
