@@ -17,7 +17,7 @@ Launcher options (before the script):
   --verbose        keep TensorFlow's start-up and INFO logs (default: warnings and errors only).
   -h, --help       this help.
 
-Before the program starts, one line says how many shards it runs on and that a TPU address given to the program
+Before the program starts, one line (on stdout) says how many shards it runs on and that a TPU address given to the program
 (`--tpu=...`, `--tpu_name=...`, `--master=grpc://...`) is ignored: everything runs on this machine.
 
 Environment:
@@ -162,7 +162,8 @@ def _run_program(options: dict, args: List[str]) -> None:
     from tpu_estimator import compat, devices
 
     program_args = args if options["module"] else args[1:]
-    print(describe_run(options["num_shards"], devices.num_gpus(), program_args), file=sys.stderr, flush=True)
+    # On stdout: an informational line, not an error (stderr stays the program's and its errors').
+    print(describe_run(options["num_shards"], devices.num_gpus(), program_args), flush=True)
 
     compat.install()
     if options["module"]:
