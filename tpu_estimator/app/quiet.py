@@ -74,7 +74,9 @@ def configure_logging(verbose: bool = False, verbosity: Optional[int] = None) ->
 
     tf = import_tensorflow(verbose)
     logger = tf.get_logger()
-    logger.propagate = False  # TensorFlow's logger has its own handler: absl's would print every line twice
+    # With its own handler, propagating would print every line twice (absl's handler too); without one (absl's
+    # app.run was first), its records must propagate to absl's handler to be printed at all.
+    logger.propagate = not logger.handlers
     if verbose or verbosity is not None:
         v = 0 if verbosity is None else verbosity
         logger.setLevel(
