@@ -243,6 +243,9 @@ def test_version():
 def test_help_and_config_errors_are_quiet_and_do_not_import_tensorflow(tmp_path):
     proc = run_subprocess(["--help"])
     assert proc.returncode == 0 and "Subcommands:" in proc.stdout and "data " in proc.stdout
+    assert "`loss` is the model's loss as TPUEstimator reports it: per batch, on the rows of the first shard" in (
+        proc.stdout.replace("\n", " ")
+    )
     assert not any(marker in proc.stderr + proc.stdout for marker in TF_LOG_MARKERS), proc.stderr
     proc = run_subprocess(["--helpfull"])
     assert "--config:" in proc.stdout and "--held_out_rows:" in proc.stdout

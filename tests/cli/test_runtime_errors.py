@@ -165,6 +165,7 @@ def test_train_and_evaluate_prints_the_final_metrics_once(tmp_path, capsys):
     assert out.count("evaluation at step 5:") == 1
     assert "evaluation at step 10:" not in out
     assert out.count("  auc ") == 2  # the intermediate evaluation and the final one
+    assert out.count("(loss: the first of 2 shards' rows of each batch, as TPUEstimator reports it; log_loss: all") == 1
     assert json.loads((tmp_path / "metrics_train_and_evaluate.json").read_text())["global_step"] == 10
 
 

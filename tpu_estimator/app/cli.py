@@ -38,11 +38,11 @@ Flags (all: --helpfull):
   --version            print the version
 
 Final metrics are printed and written to MODEL_DIR/metrics_SUBCOMMAND.json; TensorBoard events go to the model
-directory. Evaluation metrics: `loss` is the model's training loss averaged over the evaluation batches
-(TensorFlow's built-in metric); `log_loss` is the binary cross-entropy averaged over all evaluated examples
-(computed on the host from every shard's predictions): both measure the same cross-entropy, reduced in a
-different order, so they agree up to float rounding. Errors are one line on stderr (exit status 2 for a problem
-with the command line, config, data or model directory, 1 for other failures; --traceback shows the trace).
+directory. Evaluation metrics: `log_loss` is the binary cross-entropy over all evaluated rows (every shard's);
+`loss` is the model's loss as TPUEstimator reports it: per batch, on the rows of the first shard only, averaged
+over the batches. With tpu.num_shards=1 they agree; with more shards `loss` is a sample: use `log_loss`.
+Errors are one line on stderr: exit status 2 for a problem with the command line, config, data or model directory,
+1 for other failures (--traceback shows the full traceback).
 """
 
 import dataclasses

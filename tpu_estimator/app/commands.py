@@ -57,6 +57,12 @@ def write_metrics(model_dir: Optional[str], subcommand: str, metrics: Dict[str, 
     return path
 
 
+# Why evaluation's `loss` and `log_loss` differ on shards (see `tpu-estimator --help`).
+LOSS_NOTE = (
+    "  (loss: the first of {num_shards} shards' rows of each batch, as TPUEstimator reports it; log_loss: all rows)"
+)
+
+
 def print_metrics(title: str, metrics: Dict[str, Any]) -> None:
     """Prints the scalar entries of `metrics`, one per line, sorted."""
     print(title)
@@ -362,6 +368,8 @@ def run(subcommand: str, config: Optional[config_file.Config], flag_values: flag
             f"({metrics['steps_run']} steps of {metrics['batch_size']} on {metrics['num_shards']} shards)"
         )
     print_metrics(f"{subcommand}:", metrics)
+    if subcommand in ("evaluate", "train_and_evaluate") and config.tpu.num_shards > 1:
+        print(LOSS_NOTE.format(num_shards=config.tpu.num_shards))
     path = write_metrics(model_dir, subcommand, metrics)
     if path:
         print(f"metrics written to {path}")
