@@ -7,6 +7,8 @@ The names are imported on first use (PEP 562), so that `import tpu_estimator.app
 """
 
 import importlib
+import sys
+import types
 from typing import Any
 
 
@@ -56,6 +58,19 @@ def __getattr__(name: str) -> Any:
         if e.name != f"{__name__}.{name}":
             raise
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """The package module: an exported name that is also a submodule's name (`rewrite`) stays the exported
+    function when the submodule is imported (as when this `__init__` imported everything eagerly)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}":
+            return  # the import system registering the submodule: `__getattr__` gives the exported name
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __dir__():

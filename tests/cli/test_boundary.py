@@ -350,3 +350,19 @@ def test_other_failures_are_one_line_with_exit_1(tmp_path, capsys, monkeypatch):
     )
     with pytest.raises(RuntimeError, match="in use by another training process"):
         run_in_process("train", "--config=dlrm_tiny", f"--model_dir={tmp_path}", "--traceback")
+
+
+def test_package_names_are_imported_on_first_use():
+    code = """
+import sys
+import tpu_estimator as te
+assert te.__version__ == "0.1.0" and "tensorflow" not in sys.modules
+import tpu_estimator.rewrite  # a submodule named like the exported function
+assert callable(te.rewrite) and te.rewrite.__module__ == "tpu_estimator.rewrite"
+assert te.TPUEstimator.__name__ == "TPUEstimator" and te.experimental.__name__ == "tpu_estimator.experimental"
+from tpu_estimator import RunConfig, TPUConfig, rewrite
+assert rewrite is te.rewrite and sorted(te.__all__) == te.__all__ and "TPUEstimatorSpec" in dir(te)
+print("ok")
+"""
+    proc = run_subprocess(code, python_code=True, timeout=300)
+    assert proc.stdout == "ok\n", proc.stderr
