@@ -248,3 +248,70 @@ def test_tsv_reader_crlf_and_unlabeled_rows(tmp_path):
     np.testing.assert_array_equal(dense.numpy(), expected)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"test\.tsv:1: expected 40 tab-separated fields, got 39"):
         list(criteo.tsv_raw_dataset(str(unlabeled), 8))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TFRecord files.
+
+
+def _record(payload: bytes) -> bytes:
+    import struct
+
+    from tpu_estimator.app.data import files
+
+    length = struct.pack("<Q", len(payload))
+    return (
+        length
+        + struct.pack("<I", files.masked_crc32c(length))
+        + payload
+        + struct.pack("<I", files.masked_crc32c(payload))
+    )
+
+
+_EXAMPLES = [
+    criteo.raw_to_example(1, [3] * 13, [True] * 13, [b"ab"] * 26).SerializeToString(),
+    criteo.raw_to_example(0, [0] * 13, [False] * 13, [b""] * 26).SerializeToString(),
+]
+
+
+@st.composite
+def tfrecord_bytes(draw):
+    """A TFRecord file of Criteo examples, possibly damaged: truncated, junk records, junk bytes, or TSV text."""
+    records = [_record(draw(st.sampled_from(_EXAMPLES))) for _ in range(draw(st.integers(0, 5)))]
+    kind = draw(st.sampled_from(["good", "truncated", "junk_record", "junk_bytes", "text"]))
+    if kind == "junk_record":
+        records.insert(draw(st.integers(0, len(records))), _record(draw(st.binary(max_size=40))))
+    raw = b"".join(records)
+    if kind == "truncated" and raw:
+        raw = raw[: draw(st.integers(1, len(raw) - 1))]
+    elif kind == "junk_bytes":
+        raw = draw(st.binary(min_size=1, max_size=80))
+    elif kind == "text":
+        raw = ("\n".join(_GOOD[:3]) + "\n").encode()
+    return raw
+
+
+@settings(FUZZ, max_examples=20)
+@given(raw=tfrecord_bytes())
+def test_fuzz_tfrecord_reader(tmp_path, raw):
+    """A config's tfrecord files: the pre-check's one-line error, the reader's explained one-line error, or the
+    right number of rows."""
+    from tpu_estimator.app.data import files
+
+    path = tmp_path / "fuzz.tfrecord"
+    path.write_bytes(raw)
+    config = config_file.parse_config("", ["data.source=tfrecord", f"data.train_paths=[{path}]"])
+    with time_limit():
+        try:
+            files.check_files([str(path)], "tfrecord", "data.train_paths", allow_empty=True)
+        except CliError as e:
+            assert "\n" not in str(e) and str(path) in str(e)
+            return
+        try:
+            batches = list(criteo.criteo_tfrecord_dataset(str(path), 4, 10).as_numpy_iterator())
+        except (tf.errors.OpError, UnicodeDecodeError) as e:
+            message = commands.explain(e, config)
+            assert message is not None and "\n" not in message and str(path) in message, str(e)
+            return
+    rows = sum(len(label) for _, label in batches)
+    assert rows == sum(1 for _ in tf.data.TFRecordDataset(str(path)))

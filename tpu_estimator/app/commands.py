@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
+import traceback
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -390,6 +391,19 @@ def one_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def tf_message(error: "tf.errors.OpError") -> str:
+    """The first line of a TensorFlow op error without its `{{function_node ...}}` and `[Op:...]` decorations, cut
+    to 200 characters."""
+    text = re.sub(r"\{\{[^}]*\}\}\s*", "", str(getattr(error, "message", error))).strip()
+    text = re.split(r"\s*\[\[|\s*\[Op:", text.splitlines()[0] if text else "")[0]
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _raised_in_tensorflow(error: BaseException) -> bool:
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and f"{os.sep}tensorflow{os.sep}" in frames[-1].filename
+
+
 def explain(error: BaseException, config: Optional[config_file.Config]) -> Optional[str]:
     """The one-line message of a data or checkpoint problem TensorFlow raised, or None for other errors."""
     message = str(error)
@@ -400,11 +414,17 @@ def explain(error: BaseException, config: Optional[config_file.Config]) -> Optio
             return f"{match.group(1).strip()} ({skip} skips malformed lines)"
     data = config.data if config else None
     paths = ", ".join((data.train_paths or []) + (data.eval_paths or [])) if data else ""
+    source = f"data.source {data.source}" if data else "TFRecord"
     if isinstance(error, tf.errors.DataLossError):
         return (
-            f"data ({paths or 'input'}): not readable as data.source {data.source if data else '?'}: "
-            f"{message.strip().splitlines()[0]} (a truncated file, or data.source/data.compression not matching "
-            "the files)"
+            f"data ({paths or 'input'}): not readable as {source}: {tf_message(error)} (a truncated file, or "
+            "data.source/data.compression not matching the files)"
+        )
+    parse_failures = ("ParseExample", "Could not parse example input", "is required but could not be found")
+    if isinstance(error, tf.errors.InvalidArgumentError) and any(p in message for p in parse_failures):
+        return (
+            f"data ({paths or 'input'}): a record is not a Criteo tf.train.Example: {tf_message(error)} (TFRecord "
+            "files of Criteo rows are written by `tpu-estimator data`)"
         )
     restore = re.search(
         r"(Key \S+ not found in checkpoint|[Ss]hape[^\n]*(?:mismatch|do not match|match)[^\n]*)", message
@@ -414,6 +434,12 @@ def explain(error: BaseException, config: Optional[config_file.Config]) -> Optio
             f"model_dir {config.model_dir}: its checkpoint does not fit the model of this config "
             f"({config.model.name}): {restore.group(1)[:200]}; it was written by another model: use a new "
             "--model_dir, or the config it was trained with"
+        )
+    if isinstance(error, UnicodeDecodeError) and _raised_in_tensorflow(error):
+        # TensorFlow fails to decode its own error message when it quotes a binary record (a parse failure).
+        return (
+            f"data ({paths or 'input'}): a record is not a Criteo tf.train.Example (TensorFlow's error quotes binary "
+            "bytes); TFRecord files of Criteo rows are written by `tpu-estimator data`"
         )
     if isinstance(error, ValueError) and message.startswith("No files match"):
         return message
