@@ -1,26 +1,77 @@
 """TPUEstimator programs on CPUs, GPUs and clusters of them.
 
 The public API mirrors `tf.compat.v1.estimator.tpu` and `tf.compat.v1.tpu`.
+
+The names are imported on first use (PEP 562), so that `import tpu_estimator.app.cli` and
+`tpu_estimator.__version__` do not import TensorFlow.
 """
 
-from tpu_estimator.context import TPUContext, UnsupportedOffTPUError
-from tpu_estimator.replication import CrossShardOptimizer, cross_replica_sum, outside_compilation
-from tpu_estimator.rewrite import rewrite
-from tpu_estimator.spec import TPUEstimatorSpec
-from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, TPUConfig
-from tpu_estimator.tpu_estimator import ExportSavedModelApiVersion, TPUEstimator
+import importlib
+import sys
+import types
+from typing import Any
 
-__all__ = [
-    "CrossShardOptimizer",
-    "ExportSavedModelApiVersion",
-    "InputPipelineConfig",
-    "RunConfig",
-    "TPUConfig",
-    "TPUContext",
-    "TPUEstimator",
-    "TPUEstimatorSpec",
-    "UnsupportedOffTPUError",
-    "cross_replica_sum",
-    "outside_compilation",
-    "rewrite",
-]
+
+def _version() -> str:
+    """The installed distribution's version, else the one in the source tree's `setup.cfg`."""
+    try:
+        from importlib import metadata
+
+        return metadata.version("tpu-estimator")
+    except Exception:  # not installed (a clone on PYTHONPATH)
+        import configparser
+        import os
+
+        parser = configparser.ConfigParser()
+        parser.read(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.cfg"))
+        return parser.get("metadata", "version", fallback="0+unknown")
+
+
+__version__ = _version()
+
+_EXPORTS = {
+    "TPUContext": "context",
+    "UnsupportedOffTPUError": "context",
+    "ExportSavedModelApiVersion": "tpu_estimator",
+    "TPUEstimator": "tpu_estimator",
+    "CrossShardOptimizer": "replication",
+    "cross_replica_sum": "replication",
+    "outside_compilation": "replication",
+    "rewrite": "rewrite",
+    "TPUEstimatorSpec": "spec",
+    "InputPipelineConfig": "tpu_config",
+    "RunConfig": "tpu_config",
+    "TPUConfig": "tpu_config",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    try:  # a submodule used as an attribute (`tpu_estimator.experimental`), as when __init__ imported them all
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """The package module: an exported name that is also a submodule's name (`rewrite`) stays the exported
+    function when the submodule is imported (as when this `__init__` imported everything eagerly)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}":
+            return  # the import system registering the submodule: `__getattr__` gives the exported name
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

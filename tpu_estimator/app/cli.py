@@ -1,7 +1,7 @@
 """tpu-estimator: train, evaluate, export and serve the built-in models (DLRM, Wide & Deep) from a YAML config.
 
 Usage:
-  tpu-estimator SUBCOMMAND --config=path.yaml [--set=key.path=value ...] [--model_dir=DIR] [flags]
+  tpu-estimator SUBCOMMAND [--config=NAME|PATH] [--set=key.path=value ...] [--model_dir=DIR] [flags]
 
 Subcommands:
   train               train up to train.steps (a global step: rerunning with a larger value resumes)
@@ -11,61 +11,69 @@ Subcommands:
   predict             predict rows (--input files, else the evaluation data) from --export_dir (a SavedModel)
                       or from the checkpoint in the model directory; writes --output (.csv or .jsonl)
   benchmark           train --benchmark_steps steps in a fresh directory and print examples/sec
+  data                write --rows synthetic Criteo-like rows to --output (.tsv or .tfrecord), or convert
+                      --input TSV files to --output (.tfrecord)
 
 Examples:
-  tpu-estimator train --config=configs/dlrm_tiny.yaml --model_dir=/tmp/dlrm --set=train.steps=200
-  tpu-estimator evaluate --config=configs/dlrm_tiny.yaml --model_dir=/tmp/dlrm
-  tpu-estimator export --config=configs/dlrm_tiny.yaml --model_dir=/tmp/dlrm
+  tpu-estimator train --config=dlrm_tiny --model_dir=/tmp/dlrm --set=train.steps=200
+  tpu-estimator evaluate --model_dir=/tmp/dlrm            (the config saved in the model directory)
+  tpu-estimator export --model_dir=/tmp/dlrm
   tpu-estimator predict --export_dir=/tmp/dlrm/export/1700000000 --input=data/day_0.tsv --output=/tmp/p.csv
+  tpu-estimator data --rows=100000 --output=data/day_0.tsv --held_out_rows=10000 --seed=1
+  tpu-estimator data --input='data/day_*.tsv' --output=data/criteo.tfrecord
 
 Flags (all: --helpfull):
-  --config=PATH        the YAML config (configs/dlrm_tiny.yaml, configs/dlrm_demo.yaml, configs/wide_deep_tiny.yaml)
+  --config=NAME|PATH   the YAML config: a file, or a built-in config by name (dlrm_tiny, dlrm_demo,
+                       wide_deep_tiny); default MODEL_DIR/config.yaml when it exists
   --set=KEY.PATH=VALUE override a config value (repeatable), e.g. --set=tpu.num_shards=1
   --model_dir=DIR      overrides model_dir of the config
   --export_dir=DIR     predict: the SavedModel to serve; export: the export base directory
-  --input=FILES        predict: Criteo TSV/TFRecord files (--input_format=tsv|tfrecord if the names don't say)
-  --output=FILE        predict: .csv or .jsonl;  --max_rows=N, --print_rows=N
+  --input=FILES        predict: Criteo TSV/TFRecord files (--input_format=tsv|tfrecord if the names don't say);
+                       rows without a label (39 fields, Criteo's test.txt) are accepted; data: TSV files to convert
+  --output=FILE        predict: .csv or .jsonl;  --max_rows=N, --print_rows=N;  data: .tsv or .tfrecord
+  --rows=N, --held_out_rows=M, --seed=S   data: synthetic rows (held-out rows go to OUTPUT_STEM.held_out.EXT)
   --benchmark_steps=N  benchmark: steps to train
   --progress_secs=S, --progress_steps=N   how often progress lines are printed
+  --verbose            TensorFlow's INFO logs too;  --traceback  the full traceback of an error
+  --version            print the version
 
 Final metrics are printed and written to MODEL_DIR/metrics_SUBCOMMAND.json; TensorBoard events go to the model
-directory. TensorFlow logs only warnings unless --verbosity is given (0 = info, 1 = debug, -2 = errors only).
+directory. Evaluation metrics: `log_loss` is the binary cross-entropy over all evaluated rows (every shard's);
+`loss` is the model's loss as TPUEstimator reports it: per batch, on the rows of the first shard only, averaged
+over the batches. With tpu.num_shards=1 they agree; with more shards `loss` is a sample: use `log_loss`.
+Errors are one line on stderr: exit status 2 for a problem with the command line, config, data or model directory,
+1 for other failures (--traceback shows the full traceback).
 """
 
 import dataclasses
-import json
-import logging
-import math
 import os
-import shutil
 import sys
-import tempfile
-import time
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
-import numpy as np
-import tensorflow as tf
 from absl import app, flags
-from absl import logging as absl_logging
 
-from tpu_estimator.app import config_file, models
-from tpu_estimator.app import predict as cli_predict
-from tpu_estimator.app import progress as cli_progress
+import tpu_estimator
+from tpu_estimator.app import config_file
+from tpu_estimator.app.errors import CliError
 
 FLAGS = flags.FLAGS
 PROG = "tpu-estimator"
-SUBCOMMANDS = ("train", "evaluate", "train_and_evaluate", "predict", "export", "benchmark")
+SUBCOMMANDS = ("train", "evaluate", "train_and_evaluate", "predict", "export", "benchmark", "data")
 
-
-class CliError(Exception):
-    """A problem with the command line or the config: printed as one line, exit status 2."""
+__all__ = ["CliError", "FLAGS", "PROG", "SUBCOMMANDS", "define_flags", "load", "main", "run"]
 
 
 def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     """Defines the command-line flags (once)."""
     if "config" in flag_values:
         return
-    flags.DEFINE_string("config", None, "YAML run configuration (see configs/).", flag_values=flag_values)
+    flags.DEFINE_string(
+        "config",
+        None,
+        "YAML run configuration: a file or a built-in name (dlrm_tiny, dlrm_demo, wide_deep_tiny); default "
+        "MODEL_DIR/config.yaml when it exists.",
+        flag_values=flag_values,
+    )
     flags.DEFINE_multi_string(
         "set",
         [],
@@ -85,7 +93,12 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "predict: the SavedModel to serve; export: the export base directory.",
         flag_values=flag_values,
     )
-    flags.DEFINE_list("input", None, "predict: input files or globs (Criteo TSV or TFRecord).", flag_values=flag_values)
+    flags.DEFINE_list(
+        "input",
+        None,
+        "predict: input files or globs (Criteo TSV or TFRecord); data: Criteo TSV files or globs to convert.",
+        flag_values=flag_values,
+    )
     flags.DEFINE_enum(
         "input_format",
         None,
@@ -96,7 +109,8 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_string(
         "output",
         None,
-        "predict: predictions file, .csv or .jsonl (default: MODEL_DIR/predictions.csv).",
+        "predict: predictions file, .csv or .jsonl (default: MODEL_DIR/predictions.csv); data: the file written, "
+        ".tsv or .tfrecord.",
         flag_values=flag_values,
     )
     flags.DEFINE_integer("max_rows", None, "predict: at most this many rows.", flag_values=flag_values)
@@ -110,44 +124,93 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_integer(
         "progress_steps", None, "Also print a progress line every this many steps.", flag_values=flag_values
     )
+    flags.DEFINE_integer("rows", None, "data: synthetic rows to write to --output.", flag_values=flag_values)
+    flags.DEFINE_integer(
+        "held_out_rows",
+        0,
+        "data: also write this many further synthetic rows (disjoint from --rows) to OUTPUT_STEM.held_out.EXT.",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_integer("seed", 0, "data: seed of the synthetic rows (as data.seed).", flag_values=flag_values)
+    flags.DEFINE_integer(
+        "max_vocab",
+        100000,
+        "data: cap on the categorical cardinalities of the synthetic rows (as data.max_vocab).",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_bool(
+        "skip_malformed", False, "data: skip (and count) malformed TSV lines when converting.", flag_values=flag_values
+    )
+    flags.DEFINE_bool(
+        "verbose", False, "Show TensorFlow's INFO logs (default: warnings and errors only).", flag_values=flag_values
+    )
+    flags.DEFINE_bool("traceback", False, "On an error, print the full traceback too.", flag_values=flag_values)
+    flags.DEFINE_bool("version", False, "Print the version and exit.", flag_values=flag_values)
+
+
+# The flags `--helpfull` lists (absl's own and those of modules TensorFlow imports are left out).
+OUR_FLAGS = (
+    "config",
+    "set",
+    "model_dir",
+    "export_dir",
+    "input",
+    "input_format",
+    "output",
+    "max_rows",
+    "print_rows",
+    "benchmark_steps",
+    "progress_secs",
+    "progress_steps",
+    "rows",
+    "held_out_rows",
+    "seed",
+    "max_vocab",
+    "skip_malformed",
+    "verbose",
+    "traceback",
+    "version",
+    "verbosity",
+)
+
+
+def flags_help(flag_values: flags.FlagValues = FLAGS) -> str:
+    """Help text of the command's own flags."""
+    lines = [f"{PROG} flags:"]
+    for name in OUR_FLAGS:
+        if name not in flag_values:
+            continue
+        flag = flag_values[name]
+        default = "" if flag.default in (None, [], "") else f" (default: {flag.default_as_str})"
+        lines.append(f"  --{name}: {flag.help}{default}")
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Helpers.
-
-
-def _not_a_deprecation_notice(record: logging.LogRecord) -> bool:
-    return not record.pathname.endswith("deprecation.py")
-
-
-def set_tf_verbosity(flag_values: flags.FlagValues = FLAGS) -> None:
-    """TensorFlow's Python logging: warnings (without API deprecation notices), or what --verbosity asks for."""
-    logger = tf.get_logger()
-    logger.propagate = False  # TensorFlow's logger has its own handler: absl's would print every line twice
-    if "verbosity" in flag_values and flag_values["verbosity"].present:
-        v = flag_values.verbosity
-        logger.setLevel(
-            "DEBUG" if v >= 1 else "INFO" if v == 0 else "WARNING" if v == -1 else "ERROR" if v == -2 else "FATAL"
-        )
-    else:
-        logger.setLevel("WARNING")
-        logger.addFilter(_not_a_deprecation_notice)
-        absl_logging.set_verbosity(absl_logging.WARNING)  # TensorFlow also logs through absl (SavedModel loading)
+# The config (validated before TensorFlow is imported).
 
 
 def load(flag_values: flags.FlagValues = FLAGS, config_path: Optional[str] = None) -> config_file.Config:
-    """The config of --config (or `config_path`) with --set overrides and --model_dir.
+    """The config of --config (or `config_path`, or MODEL_DIR/config.yaml) with --set overrides and --model_dir.
 
     Raises:
-      CliError: no config, or a validation error (its message names the key path).
+      CliError: no config, or a validation error (its message names the file and the key path).
     """
     path = flag_values.config or config_path
+    if not path and flag_values.model_dir:
+        saved = os.path.join(flag_values.model_dir, "config.yaml")
+        if os.path.isfile(saved):
+            path = saved
     if not path:
-        raise CliError("--config is required")
+        raise CliError(
+            "--config is required: a YAML file or a built-in config name "
+            f"({', '.join(config_file.builtin_config_names())}), or a --model_dir holding a config.yaml"
+        )
     try:
+        path = config_file.resolve_config_path(path)
         config = config_file.load_config(path, flag_values.set)
-    except FileNotFoundError:
-        raise CliError(f"--config: no such file: {path}") from None
+    except FileNotFoundError as e:
+        raise CliError(f"--config: {e}") from None
     except ValueError as e:
         raise CliError(str(e)) from None
     if flag_values.model_dir:
@@ -162,217 +225,64 @@ def require_model_dir(config: config_file.Config) -> str:
     return config.model_dir
 
 
-def to_json_value(value: Any) -> Any:
-    """`value` with NumPy scalars as Python numbers and non-finite floats as None (strict JSON)."""
-    if isinstance(value, dict):
-        return {str(k): to_json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json_value(v) for v in value]
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, (np.integer, int)) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        return float(value) if math.isfinite(value) else None
-    return value
+def check_model_dir(config: config_file.Config) -> None:
+    """Refuses a model directory whose checkpoint is of another model (as its `config.yaml` says).
+
+    Raises:
+      CliError: naming the directory and both models.
+    """
+    model_dir = config.model_dir
+    saved_path = os.path.join(model_dir, "config.yaml") if model_dir else None
+    if not saved_path or not os.path.isfile(saved_path) or not os.path.exists(os.path.join(model_dir, "checkpoint")):
+        return
+    try:
+        saved = config_file.load_config(saved_path)
+    except (ValueError, OSError):
+        return  # not ours to judge: the checkpoint restore says whether it fits
+    difference = config_file.model_difference(saved, config)
+    if difference:
+        raise CliError(
+            f"model_dir {model_dir} holds a checkpoint of another model: {difference} "
+            f"(first: its config.yaml, second: this run); use a new --model_dir, or this directory's config "
+            f"(--config={saved_path})"
+        )
 
 
-def write_metrics(model_dir: Optional[str], subcommand: str, metrics: Dict[str, Any]) -> Optional[str]:
-    """Writes `metrics` to `{model_dir}/metrics_{subcommand}.json`; returns the path."""
-    if not model_dir:
-        return None
-    tf.io.gfile.makedirs(model_dir)
-    path = os.path.join(model_dir, f"metrics_{subcommand}.json")
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(json.dumps(to_json_value(metrics), indent=2, sort_keys=True) + "\n")
-    return path
+def check_data(config: config_file.Config, subcommand: str, predict_input: Optional[List[str]] = None) -> None:
+    """The data files of the run exist, are not empty and are in the configured format (predict reads
+    `predict_input` instead of the evaluation data when given; the predict command checks those).
 
+    Raises:
+      CliError: naming the config key and the file.
+    """
+    from tpu_estimator.app.data import files
 
-def print_metrics(title: str, metrics: Dict[str, Any]) -> None:
-    """Prints the scalar entries of `metrics`, one per line, sorted."""
-    print(title)
-    for key in sorted(metrics):
-        value = metrics[key]
-        if isinstance(value, (float, np.floating)):
-            print(f"  {key:<20} {value:.4f}")
-        elif not isinstance(value, (dict, list)):
-            print(f"  {key:<20} {value}")
-    sys.stdout.flush()
-
-
-def progress_hook(
-    config: config_file.Config, last_step: int, flag_values: flags.FlagValues = FLAGS
-) -> cli_progress.ProgressHook:
-    """The progress printer of a training run up to `last_step`."""
-    return cli_progress.ProgressHook(
-        config.train.batch_size,
-        last_step=last_step,
-        every_secs=flag_values.progress_secs,
-        every_steps=flag_values.progress_steps,
-    )
-
-
-def save_config(config: config_file.Config, model_dir: str) -> str:
-    """Writes the effective config (after overrides) to `{model_dir}/config.yaml`."""
-    tf.io.gfile.makedirs(model_dir)
-    path = os.path.join(model_dir, "config.yaml")
-    with tf.io.gfile.GFile(path, "w") as f:
-        f.write(config_file.dump_config(config))
-    return path
+    data = config.data
+    if data.source == "synthetic" or subcommand in ("export", "data"):
+        return
+    if subcommand in ("train", "train_and_evaluate", "benchmark"):
+        paths = files.expand(data.train_paths, "data.train_paths")
+        files.check_files(paths, data.source, "data.train_paths", data.compression)
+    if subcommand in ("evaluate", "train_and_evaluate") or (subcommand == "predict" and not predict_input):
+        key = "data.eval_paths" if data.eval_paths else "data.train_paths"
+        paths = files.expand(data.eval_paths or data.train_paths, key)
+        files.check_files(paths, data.source, key, data.compression, allow_empty=subcommand == "predict")
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Subcommands: each returns the metrics it prints and writes.
+# Running.
 
 
-def train(
-    config: config_file.Config, flag_values: flags.FlagValues = FLAGS, last_step: Optional[int] = None
-) -> Dict[str, Any]:
-    """Trains up to global step `last_step` (default `train.steps`), resuming from the model directory."""
-    model_dir = require_model_dir(config)
-    save_config(config, model_dir)
-    last_step = last_step or config.train.steps
-    estimator = models.make_estimator(config)
-    hook = progress_hook(config, last_step, flag_values)
-    start = time.time()
-    estimator.train(models.make_input_fn(config, tf.estimator.ModeKeys.TRAIN), max_steps=last_step, hooks=[hook])
-    elapsed = time.time() - start
-    global_step = int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP))
-    return {
-        "global_step": global_step,
-        "steps_run": hook.steps_run,
-        "final_loss": hook.last_loss,
-        "examples_per_sec": hook.examples_per_sec(),
-        "elapsed_secs": elapsed,
-    }
-
-
-def evaluate(config: config_file.Config, flag_values: flags.FlagValues = FLAGS) -> Dict[str, Any]:
-    """Evaluates the latest checkpoint."""
-    del flag_values
-    model_dir = require_model_dir(config)
-    if not tf.train.latest_checkpoint(model_dir):
-        raise CliError(f"evaluate: no checkpoint in {model_dir} (train first)")
-    estimator = models.make_estimator(config)
-    return dict(
-        estimator.evaluate(models.make_input_fn(config, tf.estimator.ModeKeys.EVAL), steps=models.eval_steps(config))
-    )
-
-
-def train_and_evaluate(config: config_file.Config, flag_values: flags.FlagValues = FLAGS) -> Dict[str, Any]:
-    """Alternates training and evaluation every `train.eval_every_steps` steps up to `train.steps`."""
-    every = config.train.eval_every_steps or config.train.steps
-    history: List[Dict[str, Any]] = []
-    step = 0
-    model_dir = require_model_dir(config)
-    if tf.train.latest_checkpoint(model_dir):
-        step = int(tf.train.load_variable(model_dir, tf.compat.v1.GraphKeys.GLOBAL_STEP))
-    trained: Dict[str, Any] = {}
-    while step < config.train.steps:
-        target = min(config.train.steps, (step // every + 1) * every)
-        trained = train(config, flag_values, last_step=target)
-        step = trained["global_step"]
-        metrics = evaluate(config, flag_values)
-        print_metrics(f"evaluation at step {step}:", metrics)
-        history.append(metrics)
-    if not history:
-        history.append(evaluate(config, flag_values))
-    return dict(history[-1], history=history, train=trained)
-
-
-def export(config: config_file.Config, flag_values: flags.FlagValues = FLAGS) -> Dict[str, Any]:
-    """Exports a SavedModel of the latest checkpoint (with the config in `assets.extra`)."""
-    model_dir = require_model_dir(config)
-    if not tf.train.latest_checkpoint(model_dir):
-        raise CliError(f"export: no checkpoint in {model_dir} (train first)")
-    base = flag_values.export_dir or config.export.dir or os.path.join(model_dir, "export")
-    estimator = models.make_estimator(config)
-    with tempfile.TemporaryDirectory() as tmp:
-        config_path = os.path.join(tmp, cli_predict.CONFIG_ASSET)
-        with open(config_path, "w", encoding="utf-8") as f:
-            f.write(config_file.dump_config(config))
-        path = estimator.export_saved_model(
-            base, models.serving_input_receiver_fn(config), assets_extra={cli_predict.CONFIG_ASSET: config_path}
-        )
-    path = path.decode() if isinstance(path, bytes) else path
-    print(f"exported SavedModel: {path}")
-    return {"export_dir": path, "global_step": int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP))}
-
-
-def predict(config: Optional[config_file.Config], flag_values: flags.FlagValues = FLAGS) -> Dict[str, Any]:
-    """Predicts rows from a SavedModel (--export_dir) or the latest checkpoint; writes and prints them."""
-    export_dir = flag_values.export_dir
-    if config is None:  # the config saved in the export by the export command, with --set and --model_dir
-        path = cli_predict.export_config_path(export_dir) if export_dir else None
-        if not path or not tf.io.gfile.exists(path):
-            raise CliError("predict: --config is required (or an --export_dir written by the export command)")
-        config = load(flag_values, config_path=path)
-    batch_size = config.eval.batch_size
-
-    def rows(batch: int) -> tf.data.Dataset:
-        return cli_predict.rows_dataset(
-            config, batch, flag_values.input, flag_values.input_format, flag_values.max_rows
-        )
-
-    if export_dir:
-        predictions = cli_predict.predict_from_export(export_dir, rows(batch_size))
-    else:
-        model_dir = require_model_dir(config)
-        if not tf.train.latest_checkpoint(model_dir):
-            raise CliError(f"predict: no checkpoint in {model_dir} (train first, or give --export_dir)")
-        predictions = cli_predict.predict_from_checkpoint(config, model_dir, rows)
-    labels = cli_predict.labels_of(rows(batch_size))
-    output = flag_values.output or (os.path.join(config.model_dir, "predictions.csv") if config.model_dir else None)
-    if not output:
-        raise CliError("predict: give --output (no model_dir to write predictions.csv to)")
-    cli_predict.write_predictions(output, predictions, labels)
-    n = len(next(iter(predictions.values()))) if predictions else 0
-    print(f"wrote {n} predictions to {output}")
-    for i, row in enumerate(cli_predict.iter_rows(predictions, labels)):
-        if i >= flag_values.print_rows:
-            break
-        print("  " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-    return {
-        "num_predictions": n,
-        "output": output,
-        "source": export_dir or "checkpoint",
-        "mean_probability": float(np.mean(predictions["probability"])) if n else None,
-    }
-
-
-def benchmark(config: config_file.Config, flag_values: flags.FlagValues = FLAGS) -> Dict[str, Any]:
-    """Trains `--benchmark_steps` steps from scratch in a temporary directory; examples/sec after warm-up."""
-    steps = flag_values.benchmark_steps or config.train.steps
-    tmp = tempfile.mkdtemp(prefix="tpu_estimator_benchmark_")
-    try:
-        bench = dataclasses.replace(
-            config, model_dir=tmp, train=dataclasses.replace(config.train, save_checkpoints_steps=10**9)
-        )
-        result = train(bench, flag_values, last_step=steps)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    result.update(
-        batch_size=config.train.batch_size,
-        num_shards=config.tpu.num_shards,
-        iterations_per_loop=config.tpu.iterations_per_loop,
-        model=config.model.name,
-    )
-    return result
-
-
-_RUNNERS = {
-    "train": train,
-    "evaluate": evaluate,
-    "train_and_evaluate": train_and_evaluate,
-    "predict": predict,
-    "export": export,
-    "benchmark": benchmark,
-}
+def _error(subcommand: str, message: str) -> None:
+    print(f"{PROG} {subcommand}: error: {message}", file=sys.stderr)
+    sys.stderr.flush()
 
 
 def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
-    """Runs the subcommand of `argv` (after flag parsing); returns the exit status."""
-    set_tf_verbosity(flag_values)
+    """Runs the subcommand of `argv` (after flag parsing); returns the exit status.
+
+    The config and the data files are checked before TensorFlow is imported, so their errors are fast.
+    """
     args = argv[1:]
     if len(args) != 1 or args[0] not in SUBCOMMANDS:
         print(
@@ -383,26 +293,55 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         return 2
     subcommand = args[0]
     try:
-        if subcommand == "predict" and not flag_values.config:
-            config = None
+        config: Optional[config_file.Config] = None
+        if subcommand == "data":
+            from tpu_estimator.app import data_command
+
+            data_command.check(flag_values)
+        elif subcommand == "predict" and not flag_values.config and not _model_dir_config(flag_values):
+            config = None  # the config saved in --export_dir (checked by the predict command)
         else:
             config = load(flag_values)
-        metrics = _RUNNERS[subcommand](config, flag_values)
-    except (CliError, FileNotFoundError) as e:
-        print(f"{PROG} {subcommand}: error: {e}", file=sys.stderr)
+            if subcommand != "benchmark":
+                require_model_dir(config)
+                check_model_dir(config)
+            check_data(config, subcommand, flag_values.input)
+    except CliError as e:
+        _error(subcommand, str(e))
         return 2
-    # benchmark trains in a temporary directory: its metrics go to --model_dir only when one is given.
-    model_dir = flag_values.model_dir if subcommand == "benchmark" or not config else config.model_dir
-    if subcommand == "benchmark":
-        print(
-            f"benchmark: {metrics['examples_per_sec'] or 0:,.0f} examples/sec "
-            f"({metrics['steps_run']} steps of {metrics['batch_size']} on {metrics['num_shards']} shards)"
-        )
-    print_metrics(f"{subcommand}:", metrics)
-    path = write_metrics(model_dir, subcommand, metrics)
-    if path:
-        print(f"metrics written to {path}")
-    return 0
+
+    from tpu_estimator.app import quiet
+
+    verbosity = flag_values.verbosity if "verbosity" in flag_values and flag_values["verbosity"].present else None
+    quiet.import_tensorflow(flag_values.verbose)
+    quiet.configure_logging(flag_values.verbose, verbosity)
+    from tpu_estimator.app import commands
+
+    try:
+        return commands.run(subcommand, config, flag_values)
+    except CliError as e:
+        _error(subcommand, str(e))
+        return 2
+    except KeyboardInterrupt:
+        _error(subcommand, "interrupted")
+        return 130
+    except Exception as e:  # noqa: BLE001 (one line for any failure; --traceback shows it whole)
+        message = commands.explain(e, config)
+        if message is not None:
+            if flag_values.traceback:
+                import traceback
+
+                traceback.print_exc()
+            _error(subcommand, message)
+            return 2
+        if flag_values.traceback:
+            raise
+        _error(subcommand, f"{commands.one_line(e)} (--traceback shows the full traceback)")
+        return 1
+
+
+def _model_dir_config(flag_values: flags.FlagValues) -> bool:
+    return bool(flag_values.model_dir) and os.path.isfile(os.path.join(flag_values.model_dir, "config.yaml"))
 
 
 def _main(argv: List[str]) -> None:
@@ -412,9 +351,16 @@ def _main(argv: List[str]) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     """Console entry point (`tpu-estimator`)."""
     define_flags()
-    # absl prints the __main__ module's docstring as the usage (--help): the console script has none.
-    sys.modules["__main__"].__doc__ = __doc__
-    app.run(_main, argv=argv)
+    args = list(sys.argv if argv is None else argv)
+    if any(a in ("--help", "-h", "-?", "--helpshort", "--helpfull") for a in args[1:]):
+        print(__doc__)
+        if "--helpfull" in args[1:]:
+            print(flags_help())
+        sys.exit(0)
+    if "--version" in args[1:]:
+        print(f"{PROG} {tpu_estimator.__version__}")
+        sys.exit(0)
+    app.run(_main, argv=args)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,16 @@ Types are strict (an int field rejects `2.0`, `'2'` and `true`); float fields ac
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import re
+import reprlib
 import typing
 from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union
 
 import yaml
 
-from tpu_estimator.app.data import criteo as _criteo
+from tpu_estimator.app.data import schema as _criteo
 
 DENSE_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl")
 
@@ -293,8 +296,82 @@ class Config:
 _YAML11_FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+")
 
 
+# Error messages quote at most this many characters of a value.
+MAX_QUOTED_CHARS = 100
+# A config (or an override value) may hold at most this many values once YAML aliases are expanded.
+MAX_VALUES = 10000
+# Config files larger than this are refused before parsing.
+MAX_FILE_BYTES = 1 << 20
+# Int fields are int64 in TensorFlow.
+MAX_INT = 2**63 - 1
+
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxstring = _SHORT_REPR.maxother = MAX_QUOTED_CHARS
+_SHORT_REPR.maxlist = _SHORT_REPR.maxtuple = _SHORT_REPR.maxdict = 8
+_SHORT_REPR.maxlevel = 3
+_SHORT_REPR.maxlong = 40
+
+
+def quote(value: Any) -> str:
+    """`repr(value)`, cut to at most `MAX_QUOTED_CHARS` characters (cheap even for huge or nested values)."""
+    text = _SHORT_REPR.repr(value)
+    return text if len(text) <= MAX_QUOTED_CHARS else text[: MAX_QUOTED_CHARS - 3] + "..."
+
+
 def _describe(value: Any) -> str:
-    return "null" if value is None else f"{type(value).__name__} {value!r}"
+    return "null" if value is None else f"{type(value).__name__} {quote(value)}"
+
+
+def check_size(data: Any, path: str = "", limit: int = MAX_VALUES) -> None:
+    """Refuses YAML data with more than `limit` values once aliases are expanded (or with a recursive alias).
+
+    PyYAML builds an alias as a reference to the anchored object, so nested aliases ("billion laughs") load
+    instantly but expand exponentially when the value is walked. Sizes are counted once per object.
+
+    Raises:
+      ValueError: naming the key path of the innermost value that is too large.
+    """
+    sizes: Dict[int, int] = {}
+    active: set = set()
+
+    def children(node: Any) -> List[Any]:
+        if isinstance(node, Mapping):
+            return [(k, v) for k, v in node.items()]
+        return list(enumerate(node))
+
+    def size(node: Any, where: str) -> int:
+        if not isinstance(node, (Mapping, list, tuple)):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise ValueError(f"{where or '<root>'}: a YAML alias refers to itself (recursive value)")
+        active.add(key)
+        total = 1
+        for k, child in children(node):
+            total += size(child, _join(where, k) if isinstance(node, Mapping) else f"{where}[{k}]")
+            if total > limit:
+                break
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    if size(data, path) <= limit:
+        return
+    node, where = data, path  # descend to the innermost value that is still too large
+    while True:
+        for k, child in children(node):
+            child_where = _join(where, k) if isinstance(node, Mapping) else f"{where}[{k}]"
+            if size(child, child_where) > limit:
+                node, where = child, child_where
+                break
+        else:
+            break
+    raise ValueError(
+        f"{where or '<root>'}: more than {limit} values once YAML aliases are expanded; "
+        "a config this large is refused (check the anchors (&) and aliases (*))"
+    )
 
 
 def _type_name(tp: Any) -> str:
@@ -350,6 +427,9 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
                 errors.append(e)
         if len(errors) == 1 and not str(errors[0]).startswith(f"{where}: expected"):
             raise errors[0]  # a problem deeper inside the value: keep its path
+        for error in errors:
+            if str(error).startswith(f"{where}: expected a finite"):
+                raise error  # the right type, a wrong value
         raise ValueError(f"{where}: expected {_type_name(tp)}, got {_describe(value)}")
     if origin is Literal:
         choices = typing.get_args(tp)
@@ -384,13 +464,21 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{where}: expected int, got {_describe(value)}")
+        if abs(value) > MAX_INT:
+            raise ValueError(f"{where}: {quote(value)} is out of range (at most {MAX_INT} in absolute value)")
         return value
     if tp is float:
         if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
-            return float(value)  # YAML 1.2 float that PyYAML (YAML 1.1) reads as a string, e.g. 1e-3
+            value = float(value)  # YAML 1.2 float that PyYAML (YAML 1.1) reads as a string, e.g. 1e-3
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{where}: expected float, got {_describe(value)}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ValueError(f"{where}: expected a finite float, got {quote(value)}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ValueError(f"{where}: expected str, got {_describe(value)}")
@@ -409,6 +497,40 @@ def _positive(value: Optional[int], path: str, allow_none: bool = False) -> None
         raise ValueError(f"{path}: must be positive, got {value!r}")
 
 
+# Ranges of the optimizer arguments that have one: (low, high, low included, high included); None = unbounded.
+_ARG_RANGES: Dict[str, tuple] = {
+    "beta1": (0.0, 1.0, True, False),
+    "beta2": (0.0, 1.0, True, False),
+    "epsilon": (0.0, None, False, False),
+    "momentum": (0.0, None, True, False),
+    "decay": (0.0, 1.0, True, True),
+    "initial_accumulator": (0.0, None, False, False),
+    "initial_accumulator_value": (0.0, None, True, False),
+    "l1_regularization_strength": (0.0, None, True, False),
+    "l2_regularization_strength": (0.0, None, True, False),
+    "learning_rate_power": (None, 0.0, False, True),
+    "weight_decay_factor": (0.0, None, True, False),
+    "exponent": (0.0, None, False, False),
+}
+
+
+def _range_text(low: Optional[float], high: Optional[float], low_in: bool, high_in: bool) -> str:
+    if high is None:
+        return f"{'>=' if low_in else '>'} {low}"
+    if low is None:
+        return f"{'<=' if high_in else '<'} {high}"
+    return f"in {'[' if low_in else '('}{low}, {high}{']' if high_in else ')'}"
+
+
+def _check_range(value: float, bounds: tuple, path: str) -> None:
+    low, high, low_in, high_in = bounds
+    ok = (low is None or value > low or (low_in and value == low)) and (
+        high is None or value < high or (high_in and value == high)
+    )
+    if not ok:
+        raise ValueError(f"{path}: must be {_range_text(*bounds)}, got {quote(value)}")
+
+
 def _check_args(args: Dict[str, Any], allowed: Dict[str, type], name: str, path: str) -> None:
     for key, value in args.items():
         if key not in allowed:
@@ -417,6 +539,11 @@ def _check_args(args: Dict[str, Any], allowed: Dict[str, type], name: str, path:
                 f"(allowed: {', '.join(sorted(allowed)) or 'none'})"
             )
         args[key] = _convert(value, allowed[key], f"{path}.{key}")
+        if key in _ARG_RANGES:
+            _check_range(args[key], _ARG_RANGES[key], f"{path}.{key}")
+    for low_key, high_key in (("clip_weight_min", "clip_weight_max"), ("clip_gradient_min", "clip_gradient_max")):
+        if low_key in args and high_key in args and args[low_key] > args[high_key]:
+            raise ValueError(f"{path}.{low_key}: {args[low_key]} is larger than {high_key} ({args[high_key]})")
 
 
 def _validate(config: Config) -> Config:
@@ -497,6 +624,7 @@ def config_from_dict(data: Optional[Mapping[str, Any]]) -> Config:
     Raises:
       ValueError: unknown keys, wrong types or invalid values, naming the full key path.
     """
+    check_size(data)
     return _validate(_convert(data, Config, ""))
 
 
@@ -505,31 +633,119 @@ def config_to_dict(config: Config) -> Dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def parse_config(text: str, overrides: Sequence[str] = ()) -> Config:
-    """Parses YAML text (then applies `overrides`)."""
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def load_yaml(text: str, path: str = "") -> Any:
+    """`yaml.safe_load(text)`, refusing what a config cannot be: invalid YAML, too many values, too deep nesting.
+
+    Raises:
+      ValueError: one line naming the problem (and the key path for a too large value).
+    """
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ValueError(f"invalid YAML: {e}") from e
-    return apply_overrides(config_from_dict(data), overrides)
+        raise ValueError(f"invalid YAML: {quote_text(_one_line(e))}") from None
+    except RecursionError:
+        raise ValueError("invalid YAML: nested too deeply") from None
+    try:
+        check_size(data, path)
+    except RecursionError:
+        raise ValueError(f"{path or '<root>'}: nested too deeply") from None
+    return data
+
+
+def quote_text(text: str, limit: int = 4 * MAX_QUOTED_CHARS) -> str:
+    """`text` cut to `limit` characters (error messages of the YAML parser quote the offending input)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_config(text: str, overrides: Sequence[str] = ()) -> Config:
+    """Parses YAML text (then applies `overrides`).
+
+    Raises:
+      ValueError: as `load_yaml` and `config_from_dict`.
+    """
+    data = load_yaml(text)
+    try:
+        config = config_from_dict(data)
+    except RecursionError:
+        raise ValueError("<root>: nested too deeply") from None
+    return apply_overrides(config, overrides)
+
+
+BUILTIN_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def builtin_config_names() -> List[str]:
+    """Names of the packaged configs (`dlrm_tiny`, ...; `bench/...` for the benchmark ones)."""
+    names = []
+    for root, _, files in os.walk(BUILTIN_CONFIG_DIR):
+        for name in files:
+            if name.endswith(".yaml"):
+                rel = os.path.relpath(os.path.join(root, name), BUILTIN_CONFIG_DIR)
+                names.append(rel[: -len(".yaml")].replace(os.sep, "/"))
+    return sorted(names)
+
+
+def resolve_config_path(name_or_path: str) -> str:
+    """The file of `--config`: an existing path, else a packaged config by name (`dlrm_tiny` or `dlrm_tiny.yaml`).
+
+    Raises:
+      FileNotFoundError: neither; the message lists the packaged names.
+    """
+    if os.path.exists(name_or_path):
+        return name_or_path
+    name = name_or_path[: -len(".yaml")] if name_or_path.endswith(".yaml") else name_or_path
+    if name in builtin_config_names():
+        return os.path.join(BUILTIN_CONFIG_DIR, *name.split("/")) + ".yaml"
+    main_names = [n for n in builtin_config_names() if "/" not in n]
+    raise FileNotFoundError(
+        f"no such file: {quote(name_or_path)[1:-1]} (and no built-in config of that name: "
+        f"{', '.join(main_names)}, or bench/...)"
+    )
+
+
+def read_config_text(path: str) -> str:
+    """The text of a config file.
+
+    Raises:
+      ValueError: a directory, an unreadable, too large or non-UTF-8 file (naming `path`).
+      FileNotFoundError: no such file.
+    """
+    if os.path.isdir(path):
+        raise ValueError(f"{path}: is a directory, not a YAML config file")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except PermissionError:
+        raise ValueError(f"{path}: permission denied") from None
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"{path}: cannot read: {e.strerror or e}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_FILE_BYTES} bytes; not a config file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start}); not a YAML config file") from None
 
 
 def load_config(path: str, overrides: Sequence[str] = ()) -> Config:
     """Reads a YAML config file (then applies `overrides`).
 
     Raises:
-      ValueError: as `config_from_dict`, the message prefixed with the file name.
+      ValueError: as `read_config_text`, `load_yaml` and `config_from_dict`, the message prefixed with the file
+        name.
+      FileNotFoundError: no such file.
     """
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    text = read_config_text(path)
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: invalid YAML: {e}") from e
-    try:
-        config = config_from_dict(data)
+        config = parse_config(text)
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+        raise ValueError(f"{path}: {e}") from None
     return apply_overrides(config, overrides)
 
 
@@ -554,9 +770,9 @@ def apply_overrides(config: Config, overrides: Sequence[str]) -> Config:
         if not sep or not key:
             raise ValueError(f"override {override!r}: expected key.path=value")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError as e:
-            raise ValueError(f"{key}: invalid YAML value {raw!r}: {e}") from e
+            value = load_yaml(raw, key) if raw.strip() else None
+        except ValueError as e:
+            raise ValueError(f"{key}: invalid YAML value {quote(raw)}: {e}") from None
         parts = key.split(".")
         node: Any = data
         for i, part in enumerate(parts[:-1]):
@@ -568,3 +784,24 @@ def apply_overrides(config: Config, overrides: Sequence[str]) -> Config:
             node = child
         node[parts[-1]] = value
     return config_from_dict(data)
+
+
+def model_difference(first: Config, second: Config) -> str:
+    """The first setting that makes the models of two configs differ in their variables ('' when none).
+
+    Compares the `model` section and every embedding table's dimension and vocabulary size: what a checkpoint of
+    one model needs to be restored by the other. Optimizers, data and training settings may differ.
+
+    Returns:
+      e.g. `"model.name: 'wide_deep' vs 'dlrm'"` or `''`.
+    """
+    for field in dataclasses.fields(ModelConfig):
+        a, b = getattr(first.model, field.name), getattr(second.model, field.name)
+        if a != b:
+            return f"model.{field.name}: {quote(a)} vs {quote(b)}"
+    for feature in _criteo.CATEGORICAL_FEATURE_NAMES:
+        a, b = first.table_settings(feature), second.table_settings(feature)
+        for key in ("dim", "vocab_size"):
+            if a[key] != b[key]:
+                return f"{feature} table {key}: {a[key]} vs {b[key]}"
+    return ""

@@ -33,10 +33,10 @@ def rows_dataset(
             paths = criteo.list_files(paths)
         except ValueError as e:
             raise FileNotFoundError(f"--input: {e}") from None
-        source = input_format or inputs.file_format(
-            paths, config.data.source if config.data.source != "synthetic" else "tsv"
+        source = globals()["input_format"](paths, input_format, config)
+        ds = inputs.make_file_input_fn(paths, source, config.data, with_labels=True, allow_unlabeled=True)(
+            {"batch_size": batch_size}
         )
-        ds = inputs.make_file_input_fn(paths, source, config.data, with_labels=True)({"batch_size": batch_size})
     elif config.data.source == "synthetic":
         n = min(max_rows, config.data.eval_num_examples) if max_rows else config.data.eval_num_examples
         ds = inputs.synthetic_rows_dataset(
@@ -56,9 +56,27 @@ def rows_dataset(
     return ds
 
 
+def input_format(paths: Sequence[str], flag_format: Optional[str], config: config_file.Config) -> str:
+    """The format of predict's `--input`: `--input_format`, else from the file names, else the config's source."""
+    return flag_format or inputs.file_format(paths, config.data.source if config.data.source != "synthetic" else "tsv")
+
+
+def check_input(patterns: Sequence[str], flag_format: Optional[str], config: config_file.Config) -> None:
+    """`--input` names existing files in the format predict will read them as (empty files are fine).
+
+    Raises:
+      CliError: naming the file.
+    """
+    from tpu_estimator.app.data import files
+
+    paths = files.expand(patterns, "--input")
+    files.check_files(paths, input_format(paths, flag_format, config), "--input", config.data.compression, True)
+
+
 def labels_of(ds: tf.data.Dataset) -> np.ndarray:
     """The labels of every batch of `ds`, concatenated."""
-    return np.concatenate([label.numpy() for _, label in ds]) if ds is not None else np.zeros([0])
+    labels = [label.numpy() for _, label in ds] if ds is not None else []
+    return np.concatenate(labels) if labels else np.zeros([0])
 
 
 def predict_from_export(export_dir: str, ds: tf.data.Dataset) -> Dict[str, np.ndarray]:
@@ -94,7 +112,8 @@ def write_predictions(path: str, predictions: Dict[str, np.ndarray], labels: np.
             writer = csv.writer(f)
             writer.writerow(["row", "label"] + keys)
             for row in rows:
-                writer.writerow([row["row"], row["label"]] + [repr(row[k]) for k in keys])
+                label = "" if row["label"] is None else row["label"]
+                writer.writerow([row["row"], label] + [repr(row[k]) for k in keys])
         else:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
@@ -105,6 +124,6 @@ def iter_rows(predictions: Dict[str, np.ndarray], labels: np.ndarray) -> Iterato
     keys = sorted(predictions)
     n = len(predictions[keys[0]]) if keys else 0
     for i in range(n):
-        row = {"row": i, "label": int(labels[i]) if i < len(labels) else None}
+        row = {"row": i, "label": int(labels[i]) if i < len(labels) and labels[i] >= 0 else None}
         row.update({k: float(predictions[k][i]) for k in keys})
         yield row

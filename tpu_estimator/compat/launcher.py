@@ -1,8 +1,8 @@
 """Run an unmodified TPUEstimator program on CPUs/GPUs.
 
 Usage:
-  tpu-estimator-run [--num_shards=N] [--traceback] script.py [program args...]
-  tpu-estimator-run [--num_shards=N] [--traceback] -m package.module [program args...]
+  tpu-estimator-run [--num_shards=N] [--traceback] [--verbose] script.py [program args...]
+  tpu-estimator-run [--num_shards=N] [--traceback] [--verbose] -m package.module [program args...]
   python -m tpu_estimator.compat.launcher ...            (same)
 
 The program runs as `python script.py args...` would (`__name__ == '__main__'`, `sys.argv` = the script and its
@@ -14,7 +14,11 @@ runs on shards: GPUs when present, otherwise logical CPU devices.
 Launcher options (before the script):
   --num_shards=N   run on N shards; sets TPU_ESTIMATOR_NUM_SHARDS.
   --traceback      on a configuration error, print the full traceback too.
+  --verbose        keep TensorFlow's start-up and INFO logs (default: warnings and errors only).
   -h, --help       this help.
+
+Before the program starts, one line (on stdout) says how many shards it runs on and that a TPU address given to the program
+(`--tpu=...`, `--tpu_name=...`, `--master=grpc://...`) is ignored: everything runs on this machine.
 
 Environment:
   TPU_ESTIMATOR_NUM_SHARDS   the shard count, overriding `TPUConfig(num_shards=...)` and the GPU count.
@@ -45,7 +49,7 @@ class _UsageError(Exception):
 
 def _parse(argv: Sequence[str]) -> Tuple[dict, List[str]]:
     """Splits launcher options from `[script|-m module] args...`."""
-    options = {"num_shards": None, "traceback": False, "module": None}
+    options = {"num_shards": None, "traceback": False, "module": None, "verbose": False}
     args = list(argv)
     while args:
         arg = args[0]
@@ -54,6 +58,9 @@ def _parse(argv: Sequence[str]) -> Tuple[dict, List[str]]:
             return options, []
         if arg == "--traceback":
             options["traceback"] = True
+            args.pop(0)
+        elif arg == "--verbose":
+            options["verbose"] = True
             args.pop(0)
         elif arg.startswith("--num_shards"):
             args.pop(0)
@@ -109,8 +116,54 @@ def _config_error_origin(exc: BaseException) -> Optional[str]:
     return "{}:{} in {}".format(user[-1].filename, user[-1].lineno, user[-1].name)
 
 
+_TPU_FLAGS = ("--tpu", "--tpu_name", "--master")
+
+
+def tpu_addresses(program_args: Sequence[str]) -> List[str]:
+    """The TPU addresses given to the program (`--tpu=X`, `--tpu X`, `--tpu_name=X`, `--master=grpc://X`)."""
+    found = []
+    args = list(program_args)
+    for i, arg in enumerate(args):
+        name, sep, value = arg.partition("=")
+        if name not in _TPU_FLAGS:
+            continue
+        if not sep:
+            value = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("-") else ""
+        if value and (name != "--master" or value.startswith("grpc://")):
+            found.append(f"{name}={value}")
+    return found
+
+
+def describe_run(num_shards: Optional[str], num_gpus: int, program_args: Sequence[str]) -> str:
+    """The line printed before the program runs: its shards and the TPU addresses that are ignored."""
+    if num_shards:
+        devices = "GPUs" if num_gpus >= int(num_shards) and num_gpus > 0 else "logical CPU devices"
+        shards = f"{num_shards} shards on {devices} (--num_shards)"
+    else:
+        default = max(num_gpus, 1)
+        shards = (
+            f"the shards of the program's TPUConfig(num_shards=...), else {default} "
+            f"({'GPUs' if num_gpus else 'CPU'}); --num_shards=N sets them"
+        )
+    addresses = tpu_addresses(program_args)
+    ignored = (
+        f"; {', '.join(addresses)} ignored (no TPU: everything runs on this machine)"
+        if addresses
+        else "; no TPU: everything runs on this machine"
+    )
+    return f"{_PROG}: running on {shards}{ignored}"
+
+
 def _run_program(options: dict, args: List[str]) -> None:
-    from tpu_estimator import compat
+    from tpu_estimator.app import quiet
+
+    quiet.import_tensorflow(options["verbose"])
+    quiet.configure_logging(options["verbose"])
+    from tpu_estimator import compat, devices
+
+    program_args = args if options["module"] else args[1:]
+    # On stdout: an informational line, not an error (stderr stays the program's and its errors').
+    print(describe_run(options["num_shards"], devices.num_gpus(), program_args), flush=True)
 
     compat.install()
     if options["module"]:

@@ -1,23 +1,39 @@
 """Built-in data: Criteo click logs (TSV and TFRecord readers) and a synthetic Criteo-like generator.
 
-Modules: `criteo` (schema, feature transform, readers), `synthetic` (generator), `convert` (TSV -> TFRecord,
-also `python -m tpu_estimator.app.data.convert`).
+Modules: `schema` (feature names and cardinalities, no TensorFlow), `criteo` (feature transform, readers),
+`synthetic` (generator), `convert` (TSV -> TFRecord; on the command line `tpu-estimator data`).
+
+The names below are imported on first use, so that importing `schema` does not import TensorFlow.
 """
 
-from tpu_estimator.app.data.convert import convert_tsv_to_tfrecord
-from tpu_estimator.app.data.criteo import (
-    CATEGORICAL_FEATURE_NAMES,
-    CRITEO_KAGGLE_CARDINALITIES,
-    DENSE_FEATURE_NAME,
-    NUM_CATEGORICAL_FEATURES,
-    NUM_DENSE_FEATURES,
-    TFRECORD_CATEGORICAL_KEYS,
-    TFRECORD_DENSE_KEYS,
-    TFRECORD_LABEL_KEY,
-    MalformedLineCounter,
-    criteo_cardinalities,
-    criteo_tfrecord_dataset,
-    criteo_tsv_dataset,
-    missing_categorical_id,
-)
-from tpu_estimator.app.data.synthetic import RawBatch, SyntheticCriteo, SyntheticCriteoSpec, synthetic_criteo_dataset
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "convert_tsv_to_tfrecord": "convert",
+    "CATEGORICAL_FEATURE_NAMES": "schema",
+    "CRITEO_KAGGLE_CARDINALITIES": "schema",
+    "DENSE_FEATURE_NAME": "schema",
+    "NUM_CATEGORICAL_FEATURES": "schema",
+    "NUM_DENSE_FEATURES": "schema",
+    "TFRECORD_CATEGORICAL_KEYS": "schema",
+    "TFRECORD_DENSE_KEYS": "schema",
+    "TFRECORD_LABEL_KEY": "schema",
+    "criteo_cardinalities": "schema",
+    "MalformedLineCounter": "criteo",
+    "criteo_tfrecord_dataset": "criteo",
+    "criteo_tsv_dataset": "criteo",
+    "missing_categorical_id": "criteo",
+    "RawBatch": "synthetic",
+    "SyntheticCriteo": "synthetic",
+    "SyntheticCriteoSpec": "synthetic",
+    "synthetic_criteo_dataset": "synthetic",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,16 +1,20 @@
 """Converts Criteo TSV files to TFRecord files of `tf.train.Example` (keys in `criteo`'s docstring).
 
-python -m tpu_estimator.app.data.convert --input='day_*.tsv' --output=/data/criteo.tfrecord [--num_output_files=8]
+On the command line: `tpu-estimator data --input='day_*.tsv' --output=/data/criteo.tfrecord`, or (with more
+options) `python -m tpu_estimator.app.data.convert --input='day_*.tsv' --output=/data/criteo.tfrecord
+[--num_output_files=8]`.
+
+TensorFlow is imported when a conversion runs (quietly, from the command line), not with this module.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
-import tensorflow as tf
-from absl import app, flags, logging
+from absl import app, flags
 
-from tpu_estimator.app.data import criteo
+if TYPE_CHECKING:
+    from tpu_estimator.app.data import criteo
 
 
 def output_paths(output: str, num_output_files: int) -> List[str]:
@@ -23,12 +27,12 @@ def output_paths(output: str, num_output_files: int) -> List[str]:
 
 
 def convert_tsv_to_tfrecord(
-    input_patterns: criteo.FilePatterns,
+    input_patterns: "criteo.FilePatterns",
     output: str,
     *,
     num_output_files: int = 1,
     skip_malformed: bool = False,
-    malformed_counter: Optional[criteo.MalformedLineCounter] = None,
+    malformed_counter: Optional["criteo.MalformedLineCounter"] = None,
     input_compression_type: Optional[str] = None,
     output_compression_type: Optional[str] = None,
     batch_size: int = 4096,
@@ -53,6 +57,10 @@ def convert_tsv_to_tfrecord(
     Raises:
       tf.errors.InvalidArgumentError: a malformed line (naming file and line), without `skip_malformed`.
     """
+    import tensorflow as tf
+
+    from tpu_estimator.app.data import criteo
+
     ds = criteo.tsv_raw_dataset(
         input_patterns,
         batch_size,
@@ -103,7 +111,13 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 
 
 def run(flag_values: flags.FlagValues = FLAGS) -> str:
-    """Converts as the parsed flags say; returns the summary line the command prints."""
+    """Converts as the parsed flags say; returns the summary line the command prints (once)."""
+    from tpu_estimator.app import quiet
+
+    quiet.import_tensorflow()
+    quiet.configure_logging()
+    from tpu_estimator.app.data import criteo
+
     counter = criteo.MalformedLineCounter()
     n = convert_tsv_to_tfrecord(
         flag_values.input,
@@ -114,8 +128,6 @@ def run(flag_values: flags.FlagValues = FLAGS) -> str:
         input_compression_type=flag_values.input_compression or None,
         output_compression_type=flag_values.output_compression or None,
     )
-    paths = output_paths(flag_values.output, flag_values.num_output_files)
-    logging.info("Wrote %d records to %s", n, ", ".join(paths))
     return f"wrote {n} records, skipped {counter.count} malformed lines"
 
 

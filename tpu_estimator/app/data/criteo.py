@@ -36,46 +36,17 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-NUM_DENSE_FEATURES = 13
-NUM_CATEGORICAL_FEATURES = 26
-TSV_NUM_FIELDS = 1 + NUM_DENSE_FEATURES + NUM_CATEGORICAL_FEATURES
-
-DENSE_FEATURE_NAME = "dense"
-CATEGORICAL_FEATURE_NAMES: Tuple[str, ...] = tuple(f"cat_{i}" for i in range(NUM_CATEGORICAL_FEATURES))
-
-TFRECORD_LABEL_KEY = "label"
-TFRECORD_DENSE_KEYS: Tuple[str, ...] = tuple(f"I{i + 1}" for i in range(NUM_DENSE_FEATURES))
-TFRECORD_CATEGORICAL_KEYS: Tuple[str, ...] = tuple(f"C{i + 1}" for i in range(NUM_CATEGORICAL_FEATURES))
-
-# Distinct values per categorical feature C1..C26 in the public Criteo Kaggle (Display Advertising Challenge)
-# training set, as used by the DLRM reference implementation.
-CRITEO_KAGGLE_CARDINALITIES: Tuple[int, ...] = (
-    1460,
-    583,
-    10131227,
-    2202608,
-    305,
-    24,
-    12517,
-    633,
-    3,
-    93145,
-    5683,
-    8351593,
-    3194,
-    27,
-    14992,
-    5461306,
-    10,
-    5652,
-    2173,
-    4,
-    7046547,
-    18,
-    15,
-    286181,
-    105,
-    142572,
+from tpu_estimator.app.data.schema import (  # noqa: F401 (re-exported)
+    CATEGORICAL_FEATURE_NAMES,
+    CRITEO_KAGGLE_CARDINALITIES,
+    DENSE_FEATURE_NAME,
+    NUM_CATEGORICAL_FEATURES,
+    NUM_DENSE_FEATURES,
+    TFRECORD_CATEGORICAL_KEYS,
+    TFRECORD_DENSE_KEYS,
+    TFRECORD_LABEL_KEY,
+    TSV_NUM_FIELDS,
+    criteo_cardinalities,
 )
 
 # Dense values are integers of at most this many digits (so they always fit in int64).
@@ -90,26 +61,6 @@ _no_autograph = tf.autograph.experimental.do_not_convert
 
 VocabSizes = Union[int, Sequence[int]]
 FilePatterns = Union[str, Sequence[str]]
-
-
-def criteo_cardinalities(max_vocab: Optional[int] = None, scale: float = 1.0) -> List[int]:
-    """Returns the 26 Criteo Kaggle cardinalities, optionally scaled down.
-
-    Args:
-      max_vocab: if set, every cardinality is capped at this value.
-      scale: every cardinality is multiplied by this factor (rounded, at least 1) before capping.
-
-    Returns:
-      A list of 26 positive ints.
-    """
-    if scale <= 0:
-        raise ValueError(f"scale must be positive, got {scale}")
-    if max_vocab is not None and max_vocab < 1:
-        raise ValueError(f"max_vocab must be positive, got {max_vocab}")
-    sizes = [max(1, int(round(c * scale))) for c in CRITEO_KAGGLE_CARDINALITIES]
-    if max_vocab is not None:
-        sizes = [min(s, max_vocab) for s in sizes]
-    return sizes
 
 
 def resolve_vocab_sizes(vocab_sizes: Optional[VocabSizes]) -> List[int]:
@@ -198,24 +149,41 @@ class MalformedLineCounter:
         return np.int64(len(messages))
 
 
-def malformed_reason(line: str) -> str:
-    """Why a Criteo TSV line is malformed ('' when it is well formed); mirrors the checks `parse_tsv_lines` does."""
+def malformed_reason(line: str, allow_unlabeled: bool = False) -> str:
+    """Why a Criteo TSV line is malformed ('' when it is well formed); mirrors the checks `parse_tsv_lines` does.
+
+    With `allow_unlabeled`, a line of 39 fields (no label, as Criteo's `test.txt`) or with an empty label is
+    well formed.
+    """
     fields = line.split("\t")
+    if allow_unlabeled and len(fields) == TSV_NUM_FIELDS - 1:
+        fields = [""] + fields
     if len(fields) != TSV_NUM_FIELDS:
-        return f"expected {TSV_NUM_FIELDS} tab-separated fields, got {len(fields)}"
-    if fields[0] not in ("0", "1"):
-        return f"label must be 0 or 1, got `{fields[0]}`"
+        expected = f"{TSV_NUM_FIELDS} (or {TSV_NUM_FIELDS - 1} without a label)" if allow_unlabeled else TSV_NUM_FIELDS
+        return f"expected {expected} tab-separated fields, got {len(fields)}"
+    if fields[0] not in ("0", "1") and not (allow_unlabeled and fields[0] == ""):
+        return f"label must be 0 or 1, got `{_shorten(fields[0])}`"
     for j, value in enumerate(fields[1 : 1 + NUM_DENSE_FEATURES]):
         if value and not _DENSE_PATTERN.fullmatch(value):
-            return f"dense feature I{j + 1} must be an integer of at most {_MAX_DENSE_DIGITS} digits, got `{value}`"
+            return (
+                f"dense feature I{j + 1} must be an integer of at most {_MAX_DENSE_DIGITS} digits, "
+                f"got `{_shorten(value)}`"
+            )
     return ""
 
 
-def _bad_line_messages(lines: np.ndarray, filenames: np.ndarray, linenos: np.ndarray) -> np.ndarray:
+def _shorten(value: str, limit: int = 40) -> str:
+    value = value.encode("unicode_escape").decode("ascii")
+    return value if len(value) <= limit else value[: limit - 3] + "..."
+
+
+def _bad_line_messages(
+    lines: np.ndarray, filenames: np.ndarray, linenos: np.ndarray, allow_unlabeled: bool = False
+) -> np.ndarray:
     """`path:line: reason` for malformed lines (runs in Python, only for batches that have some)."""
     out = []
     for line, filename, lineno in zip(lines, filenames, linenos):
-        reason = malformed_reason(line.decode("utf-8", "replace")) or "malformed line"
+        reason = malformed_reason(line.decode("utf-8", "replace"), allow_unlabeled) or "malformed line"
         out.append(f"{filename.decode('utf-8', 'replace')}:{lineno}: {reason}".encode("utf-8"))
     return np.array(out, dtype=object)
 
@@ -226,6 +194,7 @@ def parse_tsv_lines(
     linenos: tf.Tensor,
     skip_malformed: bool = False,
     counter: Optional[MalformedLineCounter] = None,
+    allow_unlabeled: bool = False,
 ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """Parses a batch of Criteo TSV lines into raw columns.
 
@@ -235,9 +204,10 @@ def parse_tsv_lines(
       linenos: int64 `[B]`, 1-based line numbers (for error messages).
       skip_malformed: drop malformed lines instead of failing.
       counter: where skipped lines are counted (only with `skip_malformed`).
+      allow_unlabeled: accept lines without a label (39 fields) or with an empty one; their label is -1.
 
     Returns:
-      `(label int64 [N], dense int64 [N, 13], dense_present bool [N, 13], categorical string [N, 26])` where
+      `(label int64 [N] (-1 = no label), dense int64 [N, 13], dense_present bool [N, 13], categorical string [N, 26])` where
       N = B, or the number of well-formed lines with `skip_malformed`.
 
     Raises:
@@ -245,9 +215,15 @@ def parse_tsv_lines(
     """
     split = tf.strings.split(lines, "\t")
     num_fields = split.row_lengths()
+    if allow_unlabeled:  # a missing label becomes an empty first field
+        unlabeled = tf.equal(num_fields, TSV_NUM_FIELDS - 1)
+        split = tf.strings.split(tf.where(unlabeled, tf.strings.join(["", lines], "\t"), lines), "\t")
+        num_fields = split.row_lengths()
     fields = split.to_tensor(default_value="", shape=[None, TSV_NUM_FIELDS])
     label_s = fields[:, 0]
     label_ok = tf.logical_or(tf.equal(label_s, "0"), tf.equal(label_s, "1"))
+    if allow_unlabeled:
+        label_ok = tf.logical_or(label_ok, tf.equal(label_s, ""))
     dense_s = fields[:, 1 : 1 + NUM_DENSE_FEATURES]
     dense_present = tf.not_equal(dense_s, "")
     dense_ok = tf.logical_or(tf.logical_not(dense_present), tf.strings.regex_full_match(dense_s, _DENSE_REGEX))
@@ -257,7 +233,7 @@ def parse_tsv_lines(
     def messages():
         bad = tf.logical_not(ok)
         return tf.numpy_function(
-            _bad_line_messages,
+            lambda *args: _bad_line_messages(*args, allow_unlabeled=allow_unlabeled),
             [tf.boolean_mask(lines, bad), tf.boolean_mask(filenames, bad), tf.boolean_mask(linenos, bad)],
             tf.string,
             stateful=False,
@@ -285,6 +261,8 @@ def parse_tsv_lines(
         fields.set_shape([lines.shape[0], TSV_NUM_FIELDS])
         dense_present.set_shape([lines.shape[0], NUM_DENSE_FEATURES])
     label = tf.cast(tf.equal(fields[:, 0], "1"), tf.int64)
+    if allow_unlabeled:
+        label = tf.where(tf.equal(fields[:, 0], ""), tf.constant(-1, tf.int64), label)
     dense_s = fields[:, 1 : 1 + NUM_DENSE_FEATURES]
     dense = tf.strings.to_number(tf.where(dense_present, dense_s, "0"), out_type=tf.int64)
     categorical = fields[:, 1 + NUM_DENSE_FEATURES :]
@@ -394,6 +372,7 @@ def tsv_raw_dataset(
     num_pipelines: int = 1,
     compression_type: Optional[str] = None,
     drop_remainder: bool = False,
+    allow_unlabeled: bool = False,
 ) -> tf.data.Dataset:
     """Batches of raw columns `(label, dense, dense_present, categorical)` (see `parse_tsv_lines`).
 
@@ -411,7 +390,9 @@ def tsv_raw_dataset(
     ds = _finish(ds, shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size, seed=seed, num_epochs=num_epochs)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     return ds.map(
-        _no_autograph(lambda f, i, line: parse_tsv_lines(line, f, i, skip_malformed, malformed_counter)),
+        _no_autograph(
+            lambda f, i, line: parse_tsv_lines(line, f, i, skip_malformed, malformed_counter, allow_unlabeled)
+        ),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
@@ -432,6 +413,7 @@ def criteo_tsv_dataset(
     skip_malformed: bool = False,
     malformed_counter: Optional[MalformedLineCounter] = None,
     compression_type: Optional[str] = None,
+    allow_unlabeled: bool = False,
 ) -> tf.data.Dataset:
     """Reads Criteo TSV files into `(features, label)` batches.
 
@@ -450,6 +432,7 @@ def criteo_tsv_dataset(
       skip_malformed: skip malformed lines (counted in `malformed_counter`, first ones logged) instead of failing.
       malformed_counter: counter for skipped lines.
       compression_type: None, '', 'GZIP' or 'ZLIB'.
+      allow_unlabeled: accept lines without a label (39 fields, as Criteo's `test.txt`); their label is -1.
 
     Returns:
       A `tf.data.Dataset` of `(features, label)`; see the module docstring.
@@ -468,6 +451,7 @@ def criteo_tsv_dataset(
         num_pipelines=num_pipelines,
         compression_type=compression_type,
         drop_remainder=drop_remainder and not skip_malformed,
+        allow_unlabeled=allow_unlabeled,
     )
     if skip_malformed:
         # Skipped lines make batches short: regroup into full batches.
@@ -480,8 +464,9 @@ def criteo_tsv_dataset(
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def _example_spec() -> Dict[str, tf.io.FixedLenFeature]:
-    spec = {TFRECORD_LABEL_KEY: tf.io.FixedLenFeature([], tf.int64)}
+def _example_spec(allow_unlabeled: bool = False) -> Dict[str, tf.io.FixedLenFeature]:
+    label_default = -1 if allow_unlabeled else None
+    spec = {TFRECORD_LABEL_KEY: tf.io.FixedLenFeature([], tf.int64, default_value=label_default)}
     for key in TFRECORD_DENSE_KEYS:
         spec[key] = tf.io.FixedLenFeature([], tf.int64, default_value=_MISSING_DENSE)
     for key in TFRECORD_CATEGORICAL_KEYS:
@@ -489,9 +474,12 @@ def _example_spec() -> Dict[str, tf.io.FixedLenFeature]:
     return spec
 
 
-def parse_examples(serialized: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Parses serialized Criteo `tf.train.Example`s into raw columns (as `parse_tsv_lines` returns)."""
-    parsed = tf.io.parse_example(serialized, _example_spec())
+def parse_examples(
+    serialized: tf.Tensor, allow_unlabeled: bool = False
+) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Parses serialized Criteo `tf.train.Example`s into raw columns (as `parse_tsv_lines` returns); with
+    `allow_unlabeled` an example without `label` gets -1."""
+    parsed = tf.io.parse_example(serialized, _example_spec(allow_unlabeled))
     dense = tf.stack([parsed[k] for k in TFRECORD_DENSE_KEYS], axis=1)
     present = tf.not_equal(dense, _MISSING_DENSE)
     categorical = tf.stack([parsed[k] for k in TFRECORD_CATEGORICAL_KEYS], axis=1)
@@ -511,6 +499,7 @@ def criteo_tfrecord_dataset(
     input_pipeline_id: int = 0,
     num_pipelines: int = 1,
     compression_type: Optional[str] = None,
+    allow_unlabeled: bool = False,
 ) -> tf.data.Dataset:
     """Reads Criteo `tf.train.Example` TFRecord files into `(features, label)` batches.
 
@@ -529,7 +518,7 @@ def criteo_tfrecord_dataset(
     ds = _finish(ds, shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size, seed=seed, num_epochs=num_epochs)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     ds = ds.map(
-        _no_autograph(lambda rec: raw_to_features(*parse_examples(rec), sizes)),
+        _no_autograph(lambda rec: raw_to_features(*parse_examples(rec, allow_unlabeled), sizes)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )

@@ -72,8 +72,10 @@ def file_dataset(
     drop_remainder: bool,
     pipeline: Tuple[int, int] = (0, 1),
     compression: Optional[str] = None,
+    allow_unlabeled: bool = False,
 ) -> tf.data.Dataset:
-    """`(features, label)` batches read from Criteo TSV or TFRecord files."""
+    """`(features, label)` batches read from Criteo TSV or TFRecord files (label -1: none, with
+    `allow_unlabeled`)."""
     kwargs = dict(
         vocab_sizes=data.resolved_vocab_sizes(),
         drop_remainder=drop_remainder,
@@ -84,6 +86,7 @@ def file_dataset(
         input_pipeline_id=pipeline[0],
         num_pipelines=pipeline[1],
         compression_type=data.compression if compression is None else compression,
+        allow_unlabeled=allow_unlabeled,
     )
     if source == "tsv":
         return criteo.criteo_tsv_dataset(paths, batch_size, skip_malformed=data.skip_malformed, **kwargs)
@@ -174,13 +177,22 @@ def make_file_input_fn(
     transform: Optional[FeatureTransform] = None,
     with_labels: bool = False,
     max_rows: Optional[int] = None,
+    allow_unlabeled: bool = False,
 ) -> Callable[[Dict[str, Any]], tf.data.Dataset]:
-    """`input_fn(params)` reading `paths` once, in order (for `predict`)."""
+    """`input_fn(params)` reading `paths` once, in order (for `predict`; `allow_unlabeled`: rows without a label
+    are read, label -1)."""
     compression = "GZIP" if all(p.endswith(".gz") for p in paths) else ""
 
     def input_fn(params):
         ds = file_dataset(
-            paths, source, params["batch_size"], data, training=False, drop_remainder=False, compression=compression
+            paths,
+            source,
+            params["batch_size"],
+            data,
+            training=False,
+            drop_remainder=False,
+            compression=compression,
+            allow_unlabeled=allow_unlabeled,
         )
         if max_rows is not None:
             ds = ds.unbatch().take(max_rows).batch(params["batch_size"])
