@@ -37,7 +37,7 @@ def linear_model_fn(estimator_lib, learning_rate=0.1):
             return estimator_lib.EstimatorSpec(
                 mode,
                 predictions={"y": pred, "double": 2 * pred},
-                export_outputs={"regress": estimator_lib.export.RegressionOutput(pred)},
+                export_outputs={"out": estimator_lib.export.PredictOutput({"y": pred, "double": 2 * pred})},
             )
         loss = tf.reduce_mean(tf.square(pred - labels))
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(params.get("learning_rate", learning_rate))
