@@ -33,9 +33,13 @@ _upstream = None
 if _requested != "ours":
     try:
         _upstream = _import_upstream()
-    except ImportError:
+    except ImportError as e:
         if _requested == "upstream":
-            raise
+            raise ImportError(
+                "{}=upstream, but upstream's tensorflow_estimator does not import ({}: {}). Install "
+                "tensorflow-estimator (it works with TensorFlow 2.15 and older), or unset {} to use our "
+                "Estimator core.".format(_CORE_ENV, type(e).__name__, e, _CORE_ENV)
+            ) from e
 
 if _upstream is not None:
     CORE = "upstream"
