@@ -19,9 +19,9 @@ Launcher options (before the script):
 Environment:
   TPU_ESTIMATOR_NUM_SHARDS   the shard count, overriding `TPUConfig(num_shards=...)` and the GPU count.
   TPU_ESTIMATOR_TRACEBACK=1  same as --traceback.
-  TF_USE_LEGACY_KERAS        set to 1 by the launcher when the tf-keras package is installed and the variable is
-                             unset, so `tf.keras` and `tf.compat.v1.layers` are Keras 2 (as TPUEstimator programs
-                             expect) on TensorFlow 2.16+. TensorFlow reads it when it is imported: if it was
+  TF_USE_LEGACY_KERAS        set to 1 by the launcher on TensorFlow 2.16+ when the tf-keras package is installed
+                             and the variable is unset, so `tf.keras` and `tf.compat.v1.layers` are Keras 2, as
+                             TPUEstimator programs expect. TensorFlow reads it when it is imported: if it was
                              imported already (the `tpu-estimator-run` entry point imports it), the launcher
                              restarts itself once with the variable set.
 
@@ -133,14 +133,36 @@ def _run_program(options: dict, args: List[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-def _use_legacy_keras(restart: bool) -> None:
-    """Sets TF_USE_LEGACY_KERAS=1 when tf-keras is installed and the variable is unset, before TensorFlow loads.
+def _tensorflow_version() -> Optional[Tuple[int, int]]:
+    """(major, minor) of the installed TensorFlow, read without importing it when it is not imported yet."""
+    version = getattr(sys.modules.get("tensorflow"), "__version__", None)
+    if version is None:
+        from importlib import metadata
 
-    If TensorFlow is imported already, the variable would come too late: with `restart` (the command line entry
-    point) the process is replaced by `python -m tpu_estimator.compat.launcher <same arguments>` with the variable
-    set; otherwise (an in-process call) nothing changes.
+        for distribution in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos"):
+            try:
+                version = metadata.version(distribution)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    try:
+        major, minor = version.split(".")[:2]
+        return int(major), int(minor)
+    except (AttributeError, ValueError):
+        return None
+
+
+def _use_legacy_keras(restart: bool) -> None:
+    """Sets TF_USE_LEGACY_KERAS=1 on TensorFlow 2.16+ when tf-keras is installed and the variable is unset.
+
+    TensorFlow reads the variable when it is imported. If it is imported already, with `restart` (the command line
+    entry point) the process is replaced by `python -m tpu_estimator.compat.launcher <same arguments>` with the
+    variable set; otherwise (an in-process call) nothing changes.
     """
     if LEGACY_KERAS_ENV in os.environ or importlib.util.find_spec("tf_keras") is None:
+        return
+    version = _tensorflow_version()
+    if version is not None and version < (2, 16):  # tf.keras is Keras 2 there already.
         return
     if "tensorflow" not in sys.modules:
         os.environ[LEGACY_KERAS_ENV] = "1"
