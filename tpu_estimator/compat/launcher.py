@@ -43,7 +43,6 @@ TRACEBACK_ENV = "TPU_ESTIMATOR_TRACEBACK"
 _PROG = "tpu-estimator-run"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _CONFIG_ERRORS = (ValueError, TypeError, NotImplementedError)
-LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 
 
 class _UsageError(Exception):
@@ -131,6 +130,9 @@ def _run_program(options: dict, args: List[str]) -> None:
     sys.argv = list(args)
     sys.path[0:1] = [os.path.dirname(os.path.abspath(script))]
     runpy.run_path(script, run_name="__main__")
+
+
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 
 
 def _tensorflow_version() -> Optional[Tuple[int, int]]:
