@@ -40,6 +40,8 @@ def test_install_puts_our_estimator_namespace_behind_tf_estimator(without_tf_est
             assert namespace.export.PredictOutput is estimator_lib.export.PredictOutput
             assert namespace.tpu.TPUEstimator is te.TPUEstimator and namespace.tpu.RunConfig is te.RunConfig
             assert namespace.tpu.experimental.EmbeddingConfigSpec.__module__.startswith("tpu_estimator.")
+            assert namespace.LoggingTensorHook is tf.compat.v1.train.LoggingTensorHook
+            assert namespace.SessionRunHook is tf.compat.v1.train.SessionRunHook
         from tensorflow.compat.v1.estimator import tpu as v1_tpu
         from tensorflow.estimator.export import TensorServingInputReceiver
 

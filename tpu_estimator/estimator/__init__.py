@@ -6,8 +6,32 @@ On TensorFlow 2.15 with tensorflow-estimator installed these are upstream's obje
 `estimator.export.ServingInputReceiver`, ... as they would `tf.estimator`.
 """
 
+import tensorflow as tf
+
 from tpu_estimator import _estimator_lib
 from tpu_estimator.estimator import export
+
+# The session hooks tf.estimator re-exports: TensorFlow core's objects, whichever core is active.
+HOOK_NAMES = (
+    "CheckpointSaverHook",
+    "CheckpointSaverListener",
+    "FeedFnHook",
+    "FinalOpsHook",
+    "GlobalStepWaiterHook",
+    "LoggingTensorHook",
+    "NanLossDuringTrainingError",
+    "NanTensorHook",
+    "ProfilerHook",
+    "SecondOrStepTimer",
+    "SessionRunArgs",
+    "SessionRunContext",
+    "SessionRunHook",
+    "SessionRunValues",
+    "StepCounterHook",
+    "StopAtStepHook",
+    "SummarySaverHook",
+)
+globals().update({name: getattr(tf.compat.v1.train, name) for name in HOOK_NAMES})
 
 Estimator = _estimator_lib.Estimator
 EstimatorSpec = _estimator_lib.EstimatorSpec
@@ -22,7 +46,7 @@ Exporter = _estimator_lib.Exporter
 FinalExporter = _estimator_lib.FinalExporter
 LatestExporter = _estimator_lib.LatestExporter
 
-__all__ = [
+__all__ = list(HOOK_NAMES) + [
     "Estimator",
     "EstimatorSpec",
     "EvalSpec",
