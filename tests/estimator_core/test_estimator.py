@@ -229,3 +229,23 @@ def test_estimator_spec_validation():
     with tf.Graph().as_default():
         with pytest.raises(ValueError, match="must be from the default graph"):
             EstimatorSpec(ModeKeys.EVAL, loss=loss)
+
+
+def test_keras_metric_objects_as_eval_metric_ops(tmp_path):
+    def model_fn(features, labels, mode):
+        w = tf.compat.v1.get_variable("w", [3, 1], initializer=tf.compat.v1.constant_initializer(0.5))
+        pred = tf.matmul(features["x"], w)
+        loss = tf.reduce_mean(tf.square(pred - labels))
+        mean_prediction = tf.keras.metrics.Mean(name="mean_prediction")
+        mean_prediction.update_state(pred)
+        train_op = tf.compat.v1.assign_add(tf.compat.v1.train.get_global_step(), 1)
+        return OURS.EstimatorSpec(
+            mode, loss=loss, train_op=train_op, eval_metric_ops={"mean_prediction": mean_prediction}
+        )
+
+    estimator = OURS.Estimator(model_fn, model_dir=str(tmp_path))
+    metrics = estimator.evaluate(helpers.input_fn(), steps=3)
+    np.testing.assert_allclose(
+        metrics["mean_prediction"], np.mean(helpers.FEATURES[:24] @ np.full([3, 1], 0.5)), rtol=1e-5
+    )
+    assert metrics["global_step"] == 0
