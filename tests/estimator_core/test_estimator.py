@@ -32,7 +32,12 @@ def test_checkpoint_cadence_names_and_graph(tmp_path):
         os.listdir(tmp_path)
     )
     loss_steps = [step for step, _ in helpers.event_values(str(tmp_path), "loss")]
-    assert loss_steps[:3] == [1, 6, 11] and len(loss_steps) >= 6  # Every 5 steps (the tail depends on timing).
+    # Every 5 steps from step 1 (which steps exactly depends on when the session reads the global step).
+    assert (
+        loss_steps[0] == 1
+        and 6 <= len(loss_steps) <= 8
+        and all(b - a in (4, 5, 6) for a, b in zip(loss_steps, loss_steps[1:-1]))
+    )
     assert {"loss", "global_step/sec"} <= helpers.event_tags(str(tmp_path))
     assert sorted(estimator.get_variable_names()) == ["b", "global_step", "w"]
     assert estimator.get_variable_value("global_step") == 35
