@@ -9,17 +9,22 @@ and is built from TensorFlow core pieces: `MonitoredTrainingSession`, `Scaffold`
 
 import copy
 import os
-import tempfile
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
 from tensorflow.python.eager import context
 from tensorflow.python.saved_model import model_utils
-from tensorflow.python.training import device_setter, evaluation, training_util
+from tensorflow.python.training import evaluation, training_util
 
-from tpu_estimator.estimator_core import eval_metrics, eval_summaries, saved_model_export, warm_starting
-from tpu_estimator.estimator_core import run_config as run_config_lib
-from tpu_estimator.estimator_core.cluster import TaskType, path_to_str
+from tpu_estimator.estimator_core import (
+    estimator_config,
+    eval_metrics,
+    eval_summaries,
+    saved_model_export,
+    warm_starting,
+)
+from tpu_estimator.estimator_core import predictions as predictions_lib
+from tpu_estimator.estimator_core.cluster import TaskType
 from tpu_estimator.estimator_core.inputs import fn_args, has_dataset_or_queue_runner, parse_input_fn_result
 from tpu_estimator.estimator_core.mode_keys import ModeKeys
 from tpu_estimator.estimator_core.model_fn import EstimatorSpec, verify_model_fn_args
@@ -49,13 +54,13 @@ class Estimator(object):
 
     def __init__(self, model_fn, model_dir=None, config=None, params=None, warm_start_from=None):
         self.__class__._assert_members_are_not_overridden(self)
-        self._config = _config_with_model_dir_and_session_config(config, model_dir)
+        self._config = estimator_config.config_with_model_dir_and_session_config(config, model_dir)
         self._train_distribution = self._config.train_distribute
         self._eval_distribution = self._config.eval_distribute
         self._model_dir = self._config.model_dir
         self._session_config = self._config.session_config
         tf.compat.v1.logging.info("Using config: %s", str(vars(self._config)))
-        self._device_fn = self._config.device_fn or _replica_device_setter(self._config)
+        self._device_fn = self._config.device_fn or estimator_config.replica_device_setter(self._config)
         if model_fn is None:
             raise ValueError("model_fn must be provided to Estimator.")
         verify_model_fn_args(model_fn, params)
@@ -439,7 +444,7 @@ class Estimator(object):
                 features, input_hooks = self._get_features_from_input_fn(input_fn, ModeKeys.PREDICT)
                 estimator_spec = self._call_model_fn(features, None, ModeKeys.PREDICT, self.config)
                 self._maybe_warm_start(checkpoint_path)
-                predictions = _extract_keys(estimator_spec.predictions, predict_keys)
+                predictions = predictions_lib.extract_keys(estimator_spec.predictions, predict_keys)
                 all_hooks = list(input_hooks) + list(hooks) + list(estimator_spec.prediction_hooks or [])
                 with tf.compat.v1.train.MonitoredSession(
                     session_creator=tf.compat.v1.train.ChiefSessionCreator(
@@ -458,7 +463,7 @@ class Estimator(object):
                             for pred in preds_evaluated:
                                 yield pred
                         else:
-                            for i in range(_batch_length(preds_evaluated)):
+                            for i in range(predictions_lib.batch_length(preds_evaluated)):
                                 yield {key: value[i] for key, value in preds_evaluated.items()}
 
     def _get_features_from_input_fn(self, input_fn, mode):
@@ -729,51 +734,6 @@ def _assert_members_are_not_overridden(cls, obj) -> None:
         )
 
 
-def _config_with_model_dir_and_session_config(config, model_dir):
-    """`config` (default `RunConfig()`) with `model_dir` and a default session config filled in.
-
-    Raises:
-      ValueError: `config` is not a `RunConfig`, or `model_dir` differs from `config.model_dir`.
-    """
-    if config is None:
-        config = run_config_lib.RunConfig()
-        tf.compat.v1.logging.info("Using default config.")
-    if not isinstance(config, run_config_lib.RunConfig):
-        raise ValueError("config must be an instance of `RunConfig`, but provided %s." % config)
-    if config.session_config is None:
-        config = run_config_lib.RunConfig.replace(config, session_config=run_config_lib.get_default_session_config())
-    model_dir = path_to_str(model_dir)
-    if model_dir is not None and getattr(config, "model_dir", None) is not None and config.model_dir != model_dir:
-        raise ValueError(
-            "`model_dir` are set both in constructor and `RunConfig`, but with different values. In constructor: "
-            "'{}', in `RunConfig`: '{}' ".format(model_dir, config.model_dir)
-        )
-    if model_dir:
-        config = run_config_lib.RunConfig.replace(config, model_dir=model_dir)
-    elif getattr(config, "model_dir", None) is None:
-        model_dir = tempfile.mkdtemp()
-        tf.compat.v1.logging.warn("Using temporary folder as model directory: %s", model_dir)
-        config = run_config_lib.RunConfig.replace(config, model_dir=model_dir)
-    return config
-
-
-def _replica_device_setter(config):
-    """A replica device setter placing variables on the ps tasks, when the cluster has some; else None."""
-    if config.num_ps_replicas <= 0:
-        return None
-    if config.task_type:
-        worker_device = "/job:%s/task:%d" % (config.task_type, config.task_id)
-    else:
-        worker_device = "/job:worker"
-    return tf.compat.v1.train.replica_device_setter(
-        ps_tasks=config.num_ps_replicas,
-        worker_device=worker_device,
-        merge_devices=True,
-        ps_ops=list(device_setter.STANDARD_PS_OPS),
-        cluster=config.cluster_spec,
-    )
-
-
 def _check_checkpoint_available(model_dir: str) -> None:
     if not tf.train.latest_checkpoint(model_dir):
         raise ValueError("Could not find trained model in model_dir: {}.".format(model_dir))
@@ -804,26 +764,3 @@ def _global_step_in_checkpoint(checkpoint_dir: str) -> int:
         return tf.compat.v1.train.NewCheckpointReader(latest).get_tensor(tf.compat.v1.GraphKeys.GLOBAL_STEP)
     except (tf.errors.OpError, ValueError):  # No global step in the checkpoint.
         return 0
-
-
-def _extract_keys(predictions, predict_keys):
-    if not predict_keys:
-        return predictions
-    if not isinstance(predictions, dict):
-        raise ValueError("predict_keys argument is not valid in case of non-dict predictions.")
-    existing_keys = predictions.keys()
-    predictions = {key: value for key, value in predictions.items() if key in predict_keys}
-    if not predictions:
-        raise ValueError("Expected to run at least one output from %s, provided %s." % (existing_keys, predict_keys))
-    return predictions
-
-
-def _batch_length(preds_evaluated) -> int:
-    batch_length = None
-    for key, value in preds_evaluated.items():
-        batch_length = batch_length or value.shape[0]
-        if value.shape[0] != batch_length:
-            raise ValueError(
-                "Batch length of predictions should be same. %s has different batch length than others." % key
-            )
-    return batch_length
