@@ -23,6 +23,11 @@ Before the program starts, one line (on stdout) says how many shards it runs on 
 Environment:
   TPU_ESTIMATOR_NUM_SHARDS   the shard count, overriding `TPUConfig(num_shards=...)` and the GPU count.
   TPU_ESTIMATOR_TRACEBACK=1  same as --traceback.
+  TF_USE_LEGACY_KERAS        set to 1 by the launcher on TensorFlow 2.16+ when the tf-keras package is installed
+                             and the variable is unset, so `tf.keras` and `tf.compat.v1.layers` are Keras 2, as
+                             TPUEstimator programs expect. TensorFlow reads it when it is imported: if it was
+                             imported already (the `tpu-estimator-run` entry point imports it), the launcher
+                             restarts itself once with the variable set.
 
 A `ValueError`/`TypeError`/`NotImplementedError` raised by tpu_estimator's own checks (for instance
 `num_cores_per_replica` model parallelism, which needs a TPU) is a configuration error: instead of a deep
@@ -30,6 +35,7 @@ traceback, two lines: where the program called into us, then the error, which sa
 status is 1. Other errors propagate with their full traceback.
 """
 
+import importlib.util
 import os
 import runpy
 import sys
@@ -179,6 +185,49 @@ def _run_program(options: dict, args: List[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+
+
+def _tensorflow_version() -> Optional[Tuple[int, int]]:
+    """(major, minor) of the installed TensorFlow, read without importing it when it is not imported yet."""
+    version = getattr(sys.modules.get("tensorflow"), "__version__", None)
+    if version is None:
+        from importlib import metadata
+
+        for distribution in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos"):
+            try:
+                version = metadata.version(distribution)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+    try:
+        major, minor = version.split(".")[:2]
+        return int(major), int(minor)
+    except (AttributeError, ValueError):
+        return None
+
+
+def _use_legacy_keras(restart: bool) -> None:
+    """Sets TF_USE_LEGACY_KERAS=1 on TensorFlow 2.16+ when tf-keras is installed and the variable is unset.
+
+    TensorFlow reads the variable when it is imported. If it is imported already, with `restart` (the command line
+    entry point) the process is replaced by `python -m tpu_estimator.compat.launcher <same arguments>` with the
+    variable set; otherwise (an in-process call) nothing changes.
+    """
+    if LEGACY_KERAS_ENV in os.environ or importlib.util.find_spec("tf_keras") is None:
+        return
+    version = _tensorflow_version()
+    if version is not None and version < (2, 16):  # tf.keras is Keras 2 there already.
+        return
+    if "tensorflow" not in sys.modules:
+        os.environ[LEGACY_KERAS_ENV] = "1"
+    elif restart:
+        os.environ[LEGACY_KERAS_ENV] = "1"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "tpu_estimator.compat.launcher"] + sys.argv[1:])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the program given on the command line; returns the exit status.
 
@@ -189,6 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       0 on success, 1 on a configuration error raised by tpu_estimator, 2 on a usage error. A program's
       `sys.exit(n)` propagates as `SystemExit`.
     """
+    restart = argv is None  # Only the command line entry point may replace the process.
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         options, args = _parse(argv)
@@ -198,6 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if options.get("help"):
         sys.stdout.write(__doc__)
         return 0
+    _use_legacy_keras(restart)
     if options["num_shards"]:
         os.environ[NUM_SHARDS_ENV] = options["num_shards"]
     show_traceback = options["traceback"] or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
