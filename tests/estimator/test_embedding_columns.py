@@ -104,6 +104,7 @@ def trained(tmp_path_factory):
     return base, estimators
 
 
+@pytest.mark.upstream
 def test_same_variables_as_upstream_cpu_path(trained):
     _, estimators = trained
     ours_names = set(estimators["ours"].get_variable_names())
@@ -124,6 +125,7 @@ def test_same_variables_as_upstream_cpu_path(trained):
     assert np.abs(estimators["ours"].get_variable_value(weights)).sum() > 0
 
 
+@pytest.mark.upstream
 def test_checkpoints_are_interchangeable_with_upstream(trained):
     base, estimators = trained
     ours_metrics = estimators["ours"].evaluate(input_fn, steps=2)

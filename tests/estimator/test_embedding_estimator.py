@@ -361,6 +361,7 @@ def test_embedding_infeed_ends_cleanly_at_end_of_input(tmp_path):
     np.testing.assert_allclose(estimator.get_variable_value("t2"), expected["t2"]["params"], atol=1e-6)
 
 
+@pytest.mark.upstream
 def test_upstream_v1_configs_and_parameters_are_accepted(tmp_path):
     from tensorflow.python.tpu import tpu_embedding as upstream  # the oracle's own config classes
 
