@@ -25,7 +25,7 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --upgrade -e '.[test]' 'tensorflow==2.21.*' 'tf-keras==2.21.*'
 	@# tensorflow-estimator 2.15 breaks TensorFlow's import next to TF >= 2.16: make sure it is not there.
-	$(PY) -m pip uninstall --quiet --yes tensorflow-estimator
+	if $(PY) -m pip show --quiet tensorflow-estimator >/dev/null 2>&1; then $(PY) -m pip uninstall --quiet --yes tensorflow-estimator; fi
 	$(TEST_ENV) TF_USE_LEGACY_KERAS=1 $(PY) -c "import tensorflow as tf, tf_keras; assert tf.__version__.startswith('2.21.'), tf.__version__"
 	touch $(STAMP)
 
