@@ -35,6 +35,8 @@ def require_keras2(what: str) -> None:
         layers = tf.keras.layers
     except ImportError as error:
         raise Keras2RequiredError(_message(what, f"tf.keras cannot be imported ({error})")) from None
+    except RecursionError:  # TensorFlow's lazy `tf.keras` loader recurses when asked again after a failed import.
+        raise Keras2RequiredError(_message(what, "tf.keras cannot be imported")) from None
     if not hasattr(layers, "DenseFeatures"):
         version = getattr(tf.keras, "__version__", "3")
         raise Keras2RequiredError(_message(what, f"tf.keras is Keras {version}"))

@@ -23,12 +23,15 @@ from tpu_estimator._keras2 import Keras2RequiredError
 column = tf.compat.v1.tpu.experimental.embedding_column(
     tf.feature_column.categorical_column_with_identity("a", 10), 4
 )
-print("KERAS", "2" if hasattr(tf.keras.layers, "DenseFeatures") else "3")
 try:
     spec = tex.EmbeddingConfigSpec(feature_columns=[column], optimization_parameters=tex.AdagradParameters(0.1))
     print("BUILT", [c.name for c in spec.feature_columns])
 except Keras2RequiredError as error:
     print("ERROR", error)
+try:
+    print("KERAS", "2" if hasattr(tf.keras.layers, "DenseFeatures") else "3")
+except (ImportError, RecursionError):
+    print("KERAS", "none")
 """
 
 
