@@ -16,6 +16,13 @@
   that lists what is provided. Deep imports such as `tensorflow.contrib.tpu.python.tpu.tpu_estimator` are not
   provided.
 
+On TensorFlow 2.16+, which has no `tf.estimator`, `install()` adds one: `tf.estimator`, `tf.compat.v1.estimator` and
+`tf.compat.v2.estimator` (also importable as `tensorflow.estimator` etc.) hold the names of
+`tpu_estimator.estimator` (our Estimator core: `Estimator`, `EstimatorSpec`, `ModeKeys`, `RunConfig`,
+`TrainSpec`, `EvalSpec`, `train_and_evaluate`, `WarmStartSettings`, `export.*`) plus `tpu` and `tpu.experimental`
+with the TPUEstimator names above. Other `tf.estimator` names (canned estimators) raise an AttributeError that
+lists what is provided.
+
 `tf.compat.v1.tpu.experimental.embedding_column`/`shared_embedding_columns` stay TensorFlow's: our
 `EmbeddingConfigSpec` reads those feature columns.
 
@@ -104,22 +111,44 @@ class _Patch(object):
             all_names[:] = self.old_all
 
 
+def _has_estimator() -> bool:
+    """Whether this TensorFlow has its own `tf.estimator` (2.15 and older)."""
+    try:
+        _resolve("compat.v1.estimator")
+    except (AttributeError, ImportError):
+        return False
+    return True
+
+
 def _targets() -> tuple:
-    """([(namespace path, {name: our object})], contrib modules by name) for every namespace we touch."""
-    contrib = namespaces.contrib_modules()
+    """([(namespace path, {name: our object})], added modules by name) for every namespace we touch."""
+    modules = dict(namespaces.contrib_modules())
+    contrib = modules["tensorflow.contrib"]
     resolvers = namespaces.cluster_resolver_names()
-    return [
-        ("compat.v1.estimator.tpu", namespaces.estimator_names()),
-        ("compat.v1.estimator.tpu.experimental", namespaces.estimator_experimental_names()),
-        ("estimator", {"tpu": namespaces.estimator_tpu_module()}),
+    if _has_estimator():
+        estimator_targets = [
+            ("compat.v1.estimator.tpu", namespaces.estimator_names()),
+            ("compat.v1.estimator.tpu.experimental", namespaces.estimator_experimental_names()),
+            ("estimator", {"tpu": namespaces.estimator_tpu_module()}),
+        ]
+    else:
+        estimator_modules = namespaces.estimator_modules()
+        estimator = estimator_modules["tensorflow.estimator"]
+        estimator_targets = [("", {"estimator": estimator})]
+        for version in ("v1", "v2"):
+            estimator_targets.append(("compat." + version, {"estimator": estimator}))
+            for name, module in estimator_modules.items():
+                modules[name.replace("tensorflow.", "tensorflow.compat.{}.".format(version), 1)] = module
+        modules.update(estimator_modules)
+    return estimator_targets + [
         ("compat.v1.tpu", namespaces.tpu_names()),
         ("compat.v1.tpu.experimental", namespaces.embedding_parameter_names()),
         ("distribute.cluster_resolver", resolvers),
         ("compat.v1.distribute.cluster_resolver", resolvers),
         ("compat.v2.distribute.cluster_resolver", resolvers),
-        ("", {"contrib": contrib["tensorflow.contrib"]}),
-        ("compat.v1", {"contrib": contrib["tensorflow.contrib"]}),
-    ], contrib
+        ("", {"contrib": contrib}),
+        ("compat.v1", {"contrib": contrib}),
+    ], modules
 
 
 def install() -> None:
@@ -131,7 +160,7 @@ def install() -> None:
     with _lock:
         if _patches is not None:
             return
-        targets, contrib = _targets()
+        targets, modules = _targets()
         patches = []
         try:
             for path, members in targets:
@@ -144,7 +173,7 @@ def install() -> None:
             for patch in reversed(patches):
                 patch.restore()
             raise
-        for name, module in contrib.items():
+        for name, module in modules.items():
             _added_modules[name] = sys.modules.get(name, _MISSING)
             sys.modules[name] = module
         _patches = patches

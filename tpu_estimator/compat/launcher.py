@@ -19,6 +19,11 @@ Launcher options (before the script):
 Environment:
   TPU_ESTIMATOR_NUM_SHARDS   the shard count, overriding `TPUConfig(num_shards=...)` and the GPU count.
   TPU_ESTIMATOR_TRACEBACK=1  same as --traceback.
+  TF_USE_LEGACY_KERAS        set to 1 by the launcher when the tf-keras package is installed and the variable is
+                             unset, so `tf.keras` and `tf.compat.v1.layers` are Keras 2 (as TPUEstimator programs
+                             expect) on TensorFlow 2.16+. TensorFlow reads it when it is imported: if it was
+                             imported already (the `tpu-estimator-run` entry point imports it), the launcher
+                             restarts itself once with the variable set.
 
 A `ValueError`/`TypeError`/`NotImplementedError` raised by tpu_estimator's own checks (for instance
 `num_cores_per_replica` model parallelism, which needs a TPU) is a configuration error: instead of a deep
@@ -26,6 +31,7 @@ traceback, two lines: where the program called into us, then the error, which sa
 status is 1. Other errors propagate with their full traceback.
 """
 
+import importlib.util
 import os
 import runpy
 import sys
@@ -37,6 +43,7 @@ TRACEBACK_ENV = "TPU_ESTIMATOR_TRACEBACK"
 _PROG = "tpu-estimator-run"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _CONFIG_ERRORS = (ValueError, TypeError, NotImplementedError)
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 
 
 class _UsageError(Exception):
@@ -126,6 +133,24 @@ def _run_program(options: dict, args: List[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def _use_legacy_keras(restart: bool) -> None:
+    """Sets TF_USE_LEGACY_KERAS=1 when tf-keras is installed and the variable is unset, before TensorFlow loads.
+
+    If TensorFlow is imported already, the variable would come too late: with `restart` (the command line entry
+    point) the process is replaced by `python -m tpu_estimator.compat.launcher <same arguments>` with the variable
+    set; otherwise (an in-process call) nothing changes.
+    """
+    if LEGACY_KERAS_ENV in os.environ or importlib.util.find_spec("tf_keras") is None:
+        return
+    if "tensorflow" not in sys.modules:
+        os.environ[LEGACY_KERAS_ENV] = "1"
+    elif restart:
+        os.environ[LEGACY_KERAS_ENV] = "1"
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "tpu_estimator.compat.launcher"] + sys.argv[1:])
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the program given on the command line; returns the exit status.
 
@@ -136,6 +161,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       0 on success, 1 on a configuration error raised by tpu_estimator, 2 on a usage error. A program's
       `sys.exit(n)` propagates as `SystemExit`.
     """
+    restart = argv is None  # Only the command line entry point may replace the process.
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         options, args = _parse(argv)
@@ -145,6 +171,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if options.get("help"):
         sys.stdout.write(__doc__)
         return 0
+    _use_legacy_keras(restart)
     if options["num_shards"]:
         os.environ[NUM_SHARDS_ENV] = options["num_shards"]
     show_traceback = options["traceback"] or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")

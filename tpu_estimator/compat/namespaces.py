@@ -175,3 +175,26 @@ def estimator_tpu_module() -> Namespace:
     """`tf.estimator.tpu` for programs written against TF1's `tf.estimator.tpu` (TF2 has no such module)."""
     experimental = make_namespace("tensorflow.estimator.tpu.experimental", estimator_experimental_names())
     return make_namespace("tensorflow.estimator.tpu", dict(estimator_names(), experimental=experimental))
+
+
+def estimator_modules() -> Dict[str, Namespace]:
+    """`{module name: module}` for a whole `tensorflow.estimator` and its `export`, `tpu`, `tpu.experimental`.
+
+    For TensorFlow releases without `tf.estimator` (2.16+): the names of `tpu_estimator.estimator` (the active
+    Estimator core), `export` from `tpu_estimator.estimator.export`, and `tpu` with our TPUEstimator names.
+    """
+    from tpu_estimator import estimator as estimator_lib
+
+    export = make_namespace(
+        "tensorflow.estimator.export",
+        {name: getattr(estimator_lib.export, name) for name in estimator_lib.export.__all__},
+        "tf.estimator.export, from tpu_estimator.estimator.export.",
+    )
+    tpu = estimator_tpu_module()
+    members = {name: getattr(estimator_lib, name) for name in estimator_lib.__all__ if name != "export"}
+    estimator = make_namespace(
+        "tensorflow.estimator",
+        dict(members, export=export, tpu=tpu),
+        "tf.estimator, from tpu_estimator.estimator (TensorFlow 2.16+ has none).",
+    )
+    return {module.__name__: module for module in (estimator, export, tpu, tpu.experimental)}
