@@ -36,8 +36,10 @@ $(STAMP_TF215): setup.cfg pyproject.toml
 	$(TEST_ENV) $(PY_TF215) -c "import tensorflow as tf, tensorflow_estimator; assert tf.__version__.startswith('2.15.'), tf.__version__"
 	touch $(STAMP_TF215)
 
+# make demo [DEMO_DIR=dir] [DEMO_ARGS='--num_examples=N --set=key.path=value']: outputs kept in DEMO_DIR.
+DEMO_DIR ?= demo_output
 demo: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) scripts/demo.py
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) scripts/demo.py --work_dir=$(DEMO_DIR) $(DEMO_ARGS)
 
 test: test-tf215 test-tf221
 
