@@ -235,7 +235,7 @@ def train(
     estimator = models.make_estimator(config)
     hook = progress_hook(config, last_step, flag_values)
     start = time.time()
-    estimator.train(models.make_input_fn(config, tf.estimator.ModeKeys.TRAIN), max_steps=last_step, hooks=[hook])
+    estimator.train(models.make_input_fn(config, "train"), max_steps=last_step, hooks=[hook])
     elapsed = time.time() - start
     global_step = int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP))
     return {
@@ -254,9 +254,7 @@ def evaluate(config: config_file.Config, flag_values: flags.FlagValues = FLAGS) 
     if not tf.train.latest_checkpoint(model_dir):
         raise CliError(f"evaluate: no checkpoint in {model_dir} (train first)")
     estimator = models.make_estimator(config)
-    return dict(
-        estimator.evaluate(models.make_input_fn(config, tf.estimator.ModeKeys.EVAL), steps=models.eval_steps(config))
-    )
+    return dict(estimator.evaluate(models.make_input_fn(config, "eval"), steps=models.eval_steps(config)))
 
 
 def train_and_evaluate(config: config_file.Config, flag_values: flags.FlagValues = FLAGS) -> Dict[str, Any]:
