@@ -1,26 +1,62 @@
-# `make demo` and `make test` each create .venv (Python 3.11) when missing and install the project into it.
+# Two environments, each created (Python 3.11) and installed into when missing or when the packaging changes:
+#   .venv        TensorFlow 2.21 + tf-keras 2.21, no tensorflow-estimator (our own Estimator core); `make demo` uses it.
+#   .venv-tf215  TensorFlow 2.15 + tensorflow-estimator 2.15 + tf-keras 2.15 (the `tf215` extra).
+# `make test` runs the suite on both; `make test-tf221` / `make test-tf215` run one leg. PYTEST_ARGS adds pytest
+# arguments, e.g. `make test-tf221 PYTEST_ARGS='tests/embedding -x'`.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
+VENV_TF215 := .venv-tf215
 PY := $(VENV)/bin/python
+PY_TF215 := $(VENV_TF215)/bin/python
 STAMP := $(VENV)/.installed
+STAMP_TF215 := $(VENV_TF215)/.installed
+PYTEST_ARGS ?= tests
+# Tests marked `upstream` use tensorflow_estimator (TF 2.15's TPUEstimator) as an oracle: TF 2.15 leg only.
+TEST_ENV := TF_CPP_MIN_LOG_LEVEL=2
 
-.PHONY: demo test install clean
+.PHONY: demo test lint test-tf221 test-tf215 test-tf215-our-core install install-tf215 clean
 
 install: $(STAMP)
+
+install-tf215: $(STAMP_TF215)
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --upgrade -e '.[test]' 'tensorflow==2.21.*' 'tf-keras==2.21.*'
+	@# tensorflow-estimator 2.15 breaks TensorFlow's import next to TF >= 2.16: make sure it is not there.
+	if $(PY) -m pip show --quiet tensorflow-estimator >/dev/null 2>&1; then $(PY) -m pip uninstall --quiet --yes tensorflow-estimator; fi
+	$(TEST_ENV) TF_USE_LEGACY_KERAS=1 $(PY) -c "import tensorflow as tf, tf_keras; assert tf.__version__.startswith('2.21.'), tf.__version__"
 	touch $(STAMP)
+
+$(STAMP_TF215): setup.cfg pyproject.toml
+	test -x $(PY_TF215) || $(PYTHON) -m venv $(VENV_TF215)
+	$(PY_TF215) -m pip install --quiet --upgrade pip
+	$(PY_TF215) -m pip install --quiet --upgrade -e '.[test,tf215]'
+	$(TEST_ENV) $(PY_TF215) -c "import tensorflow as tf, tensorflow_estimator; assert tf.__version__.startswith('2.15.'), tf.__version__"
+	touch $(STAMP_TF215)
 
 # make demo [DEMO_DIR=dir] [DEMO_ARGS='--num_examples=N --set=key.path=value']: outputs kept in DEMO_DIR.
 DEMO_DIR ?= demo_output
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) scripts/demo.py --work_dir=$(DEMO_DIR) $(DEMO_ARGS)
 
-test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m pytest tests
+test: lint test-tf215 test-tf215-our-core test-tf221
+
+# One code style: the formatter's check and the linter (config in pyproject.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+
+test-tf221: $(STAMP)
+	$(TEST_ENV) $(PY) -m pytest -m "not upstream" $(PYTEST_ARGS)
+
+test-tf215: $(STAMP_TF215)
+	$(TEST_ENV) $(PY_TF215) -m pytest $(PYTEST_ARGS)
+
+# TPUEstimator's tests on our Estimator core where upstream's also runs: the same suite as the oracle of the core.
+test-tf215-our-core: $(STAMP_TF215)
+	$(TEST_ENV) TPU_ESTIMATOR_CORE=ours $(PY_TF215) -m pytest -m "not upstream" tests/estimator tests/compat tests/estimator_core
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VENV_TF215) build *.egg-info

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from embedding import _tf_versions
 from embedding import optimizers as optimizers_lib
 
 __all__ = [
@@ -195,7 +196,7 @@ class TableConfig:
             initializer = TruncatedNormalInitializer(mean=0.0, stddev=1 / math.sqrt(dim))
         accepted_combiners = ("mean", "sum", "sqrtn")
         if combiner not in accepted_combiners:
-            raise ValueError(f"Argument `combiner` must be one of {accepted_combiners}. Received: {combiner}")
+            raise ValueError(_tf_versions.combiner_error(accepted_combiners, combiner))
         if name is not None and not isinstance(name, str):
             raise ValueError(f"Argument `name` must be a string or None. Received: {name!r}")
         self.vocabulary_size = int(vocabulary_size)

@@ -10,7 +10,7 @@ import copy
 from typing import Any, Callable, Dict, List, Optional
 
 import embedding
-from tpu_estimator import _tf_internal
+from tpu_estimator import _keras2, _tf_internal
 
 _TABLE_NAME_PREFIX = "tbl_"
 SEQUENCE_LENGTH_SUFFIX = "_seq_length_"
@@ -140,6 +140,8 @@ class EmbeddingConfigSpec(
 
     Raises:
       ValueError / TypeError: upstream's validation.
+      Keras2RequiredError: `feature_columns` are given but `tf.keras` is Keras 3 (TF >= 2.16 without
+        `TF_USE_LEGACY_KERAS=1` set before TensorFlow was imported).
     """
 
     def __new__(
@@ -174,6 +176,8 @@ class EmbeddingConfigSpec(
                         "All feature columns must be TPU embedding columns (tf.tpu.experimental.embedding_column"
                         " or shared_embedding_columns). Got {}".format(type(column))
                     )
+            # Models consume TPU embedding columns through Keras 2's DenseFeatures / SequenceFeatures.
+            _keras2.require_keras2("EmbeddingConfigSpec(feature_columns=...) (TPU embedding columns)")
             try:
                 embedding.to_optimizer(optimization_parameters)
             except (TypeError, ValueError):

@@ -3,11 +3,14 @@
 import json
 import os
 
+import pytest
+
 from tpu_estimator.app import benchmark
 
 CONFIG = os.path.join(benchmark.DEFAULT_CONFIG_DIR, "tiny.yaml")
 
 
+@pytest.mark.upstream
 def test_tiny_workload_reports_positive_rates(tmp_path):
     out = tmp_path / "bench.json"
     results = benchmark.run(

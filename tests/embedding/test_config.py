@@ -66,6 +66,28 @@ def test_table_checks_match_upstream(args, kwargs):
     assert str(ours.value) == str(theirs.value)
 
 
+def test_non_string_combiner_message_matches_installed_upstream():
+    # TF 2.15 and TF >= 2.16 word this differently; ours follows the installed TensorFlow.
+    with pytest.raises(ValueError) as theirs:
+        UPSTREAM.TableConfig(10, 4, combiner=3)
+    with pytest.raises(ValueError) as ours:
+        embedding.TableConfig(10, 4, combiner=3)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_custom_combiner_is_refused_with_what_to_use_instead():
+    if not hasattr(UPSTREAM, "CustomCombiner"):
+        pytest.skip("tf.tpu.experimental.embedding.CustomCombiner exists from TF 2.16 on")
+    custom = UPSTREAM.CustomCombiner(lambda valency, vectors: tf.reduce_sum(vectors, axis=0), max_valency=4)
+    UPSTREAM.TableConfig(10, 4, combiner=custom)  # upstream accepts it (and runs it on SparseCores only)
+    with pytest.raises(ValueError) as ours:
+        embedding.TableConfig(10, 4, combiner=custom)
+    assert str(ours.value).startswith(
+        "Argument `combiner`: tf.tpu.experimental.embedding.CustomCombiner is not supported off TPU (it needs "
+        "SparseCores). Use one of ('mean', 'sum', 'sqrtn')."
+    )
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -162,6 +184,7 @@ def test_resolve_tables_names_in_first_appearance_order_and_sets_optimizer():
     assert [t.name for t in embedding.resolve_tables(features, sgd)] == ["table_0", "table_1", "mine"]
 
 
+@pytest.mark.upstream
 def test_resolve_tables_accepts_resolved_pairs_and_converts_optimizers():
     table = embedding.TableConfig(5, 2, optimizer=UPSTREAM.FTRL(0.2))
     pairs = embedding.resolve_feature_config([embedding.FeatureConfig(table)])

@@ -413,6 +413,7 @@ def test_adam_beta_2_message_names_the_bad_value():
 V1 = tf.compat.v1.tpu.experimental
 
 
+@pytest.mark.upstream
 @pytest.mark.parametrize(
     "name,args,kwargs",
     [
@@ -436,6 +437,7 @@ def test_estimator_argument_checks_match_upstream_messages(name, args, kwargs):
     assert str(ours.value) == str(theirs.value)
 
 
+@pytest.mark.upstream
 def test_estimator_only_argument_checks():
     from tensorflow.python.tpu import tpu_embedding as upstream_v1
 
@@ -531,6 +533,7 @@ def test_to_optimizer_on_upstream_mid_level_objects():
         assert converted == expected
 
 
+@pytest.mark.upstream
 def test_to_optimizer_on_estimator_parameters_ours_and_upstream():
     from tensorflow.python.tpu import tpu_embedding as upstream_v1
 
@@ -595,13 +598,17 @@ def test_to_optimizer_on_estimator_parameters_ours_and_upstream():
                 assert getattr(opt, key) == value, (name, key)
 
 
-def test_to_optimizer_identity_unsupported_and_learning_rate_fn():
-    ours = embedding.SGD(0.1)
-    assert embedding.to_optimizer(ours) is ours
+@pytest.mark.upstream
+def test_to_optimizer_rejects_unsupported_upstream_parameters():
     from tensorflow.python.tpu import tpu_embedding as upstream_v1
 
     with pytest.raises(TypeError, match="ProximalYogiParameters"):
         embedding.to_optimizer(upstream_v1.ProximalYogiParameters())
+
+
+def test_to_optimizer_identity_unsupported_and_learning_rate_fn():
+    ours = embedding.SGD(0.1)
+    assert embedding.to_optimizer(ours) is ours
     with pytest.raises(TypeError, match="str"):
         embedding.to_optimizer("sgd")
     with pytest.raises(TypeError, match="SGD"):  # same class name as the embedding SGD, but a Keras optimizer

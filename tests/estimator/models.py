@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 import tpu_estimator as te
+from tpu_estimator import estimator as tf_estimator
 
 RNG = np.random.RandomState(0)
 X = RNG.randn(640, 5).astype(np.float32)
@@ -31,7 +32,7 @@ def make_model_fn(optimizer_wrapper=te.CrossShardOptimizer, learning_rate=0.1, r
             features, 4, activation=tf.nn.tanh, kernel_initializer=tf.compat.v1.constant_initializer(0.1)
         )
         out = tf.keras.layers.Dense(1, kernel_initializer="ones")(hidden)
-        if mode == tf.estimator.ModeKeys.PREDICT:
+        if mode == tf_estimator.ModeKeys.PREDICT:
             return te.TPUEstimatorSpec(mode, predictions={"y": out})
         loss = tf.reduce_mean(tf.square(out - labels))
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(learning_rate)

@@ -1,6 +1,7 @@
 """use_tpu=False behaves as upstream's CPU path (upstream TPUEstimator is the oracle)."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
@@ -25,6 +26,7 @@ def _model_fn_for(spec_cls, optimizer_wrapper):
     return model_fn, record
 
 
+@pytest.mark.upstream
 def test_use_tpu_false_matches_upstream(tmp_path):
     upstream = tf.compat.v1.estimator.tpu
     ours_fn, ours_record = _model_fn_for(te.TPUEstimatorSpec, te.CrossShardOptimizer)

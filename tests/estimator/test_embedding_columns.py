@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
+from tpu_estimator import estimator as tf_estimator
 from tpu_estimator import experimental as tex
 
 RNG = np.random.RandomState(3)
@@ -42,10 +43,10 @@ def make_model_fn(spec_cls, wrap):
         logits = tf.squeeze(
             tf.compat.v1.layers.dense(net, 1, kernel_initializer=tf.compat.v1.constant_initializer(0.3)), 1
         )
-        if mode == tf.estimator.ModeKeys.PREDICT:
+        if mode == tf_estimator.ModeKeys.PREDICT:
             return spec_cls(mode, predictions={"logit": logits})
         loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
-        if mode == tf.estimator.ModeKeys.EVAL:
+        if mode == tf_estimator.ModeKeys.EVAL:
             metric_fn = lambda labels, logits: {
                 "auc": tf.compat.v1.metrics.auc(labels, tf.sigmoid(logits)),
                 "mean_logit": tf.compat.v1.metrics.mean(logits),
@@ -96,14 +97,22 @@ def upstream(model_dir):
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def trained_ours(tmp_path_factory):
     base = tmp_path_factory.mktemp("columns")
-    estimators = {"ours": ours(base / "ours"), "upstream": upstream(base / "upstream")}
-    for estimator in estimators.values():
-        estimator.train(input_fn, max_steps=4)
-    return base, estimators
+    estimator = ours(base / "ours")
+    estimator.train(input_fn, max_steps=4)
+    return base, estimator
 
 
+@pytest.fixture(scope="module")
+def trained(trained_ours):
+    base, ours_estimator = trained_ours
+    theirs = upstream(base / "upstream")
+    theirs.train(input_fn, max_steps=4)
+    return base, {"ours": ours_estimator, "upstream": theirs}
+
+
+@pytest.mark.upstream
 def test_same_variables_as_upstream_cpu_path(trained):
     _, estimators = trained
     ours_names = set(estimators["ours"].get_variable_names())
@@ -124,6 +133,7 @@ def test_same_variables_as_upstream_cpu_path(trained):
     assert np.abs(estimators["ours"].get_variable_value(weights)).sum() > 0
 
 
+@pytest.mark.upstream
 def test_checkpoints_are_interchangeable_with_upstream(trained):
     base, estimators = trained
     ours_metrics = estimators["ours"].evaluate(input_fn, steps=2)
@@ -136,8 +146,8 @@ def test_checkpoints_are_interchangeable_with_upstream(trained):
         np.testing.assert_allclose(metrics["mean_logit"], ours_metrics["mean_logit"], rtol=1e-4, atol=1e-6)
 
 
-def test_export_serves_what_predict_predicts(trained, tmp_path):
-    base, _ = trained
+def test_export_serves_what_predict_predicts(trained_ours, tmp_path):
+    base, _ = trained_ours
     estimator = ours(base / "ours")
     rows = {k: v[:10] for k, v in FEATURES.items()}
     predicted = np.array(
@@ -157,7 +167,7 @@ def test_export_serves_what_predict_predicts(trained, tmp_path):
             "c": tf.compat.v1.placeholder(tf.int64, [None, 2]),
             "x": tf.compat.v1.placeholder(tf.float32, [None, 2]),
         }
-        return tf.estimator.export.ServingInputReceiver(features, features)
+        return tf_estimator.export.ServingInputReceiver(features, features)
 
     export_dir = estimator.export_saved_model(str(tmp_path), serving_input_fn).decode()
     served = (

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import tpu_estimator as te
 from tests.oracles import tables as tables_oracle
+from tpu_estimator import estimator as tf_estimator
 from tpu_estimator import experimental as tex
 
 RNG = np.random.RandomState(7)
@@ -27,10 +28,10 @@ def input_fn(params):
 def model_fn(features, labels, mode, params):
     acts = tf.concat([features["a"], features["b"], features["c"]], axis=1)
     logit = tf.squeeze(tf.matmul(acts, tf.constant(W.reshape(12, 1))), 1)
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == tf_estimator.ModeKeys.PREDICT:
         return te.TPUEstimatorSpec(mode, predictions={"logit": logit})
     loss = tf.reduce_mean(tf.square(logit - labels))
-    if mode != tf.estimator.ModeKeys.TRAIN:
+    if mode != tf_estimator.ModeKeys.TRAIN:
         return te.TPUEstimatorSpec(
             mode,
             loss=loss,
@@ -290,7 +291,7 @@ def _serving_input_fn():
     b = tf.compat.v1.placeholder(tf.int64, [None], name="b")
     c = tf.compat.v1.placeholder(tf.int64, [None, 1], name="c")
     features = {"a": a, "b": b, "c": c}
-    return tf.estimator.export.ServingInputReceiver(features, features)
+    return tf_estimator.export.ServingInputReceiver(features, features)
 
 
 @pytest.mark.parametrize("partition_strategy", ["div", "mod"])
@@ -358,6 +359,7 @@ def test_embedding_infeed_ends_cleanly_at_end_of_input(tmp_path):
     np.testing.assert_allclose(estimator.get_variable_value("t2"), expected["t2"]["params"], atol=1e-6)
 
 
+@pytest.mark.upstream
 def test_upstream_v1_configs_and_parameters_are_accepted(tmp_path):
     from tensorflow.python.tpu import tpu_embedding as upstream  # the oracle's own config classes
 

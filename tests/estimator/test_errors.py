@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import tpu_estimator as te
 from tests.estimator import models
+from tpu_estimator import estimator as tf_estimator
 
 
 def _config(tmp_path, **tpu_kwargs):
@@ -16,7 +17,7 @@ def _config(tmp_path, **tpu_kwargs):
 
 def test_config_must_be_our_run_config():
     with pytest.raises(ValueError, match=r"`config` must be provided with type `tpu_config.RunConfig`"):
-        te.TPUEstimator(model_fn=models.make_model_fn(), config=tf.estimator.RunConfig(), train_batch_size=8)
+        te.TPUEstimator(model_fn=models.make_model_fn(), config=tf_estimator.RunConfig(), train_batch_size=8)
 
 
 def test_reserved_params(tmp_path):

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import tpu_estimator as te
 from tests.estimator import models
+from tpu_estimator import estimator as tf_estimator
 
 
 def _scalar_events(model_dir, tag):
@@ -153,7 +154,7 @@ def test_ema_scaffold_and_hooks(tmp_path):
         out = dense(features)
         loss = tf.reduce_mean(tf.square(out - labels))
         ema = tf.train.ExponentialMovingAverage(decay=0.5)
-        if mode == tf.estimator.ModeKeys.TRAIN:
+        if mode == tf_estimator.ModeKeys.TRAIN:
             opt = te.CrossShardOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
             step = opt.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
             with tf.control_dependencies([step]):
@@ -199,7 +200,7 @@ def test_scaffold_fn_returning_none_is_an_error(tmp_path):
 
 
 def test_spec_validation_messages():
-    mode = tf.estimator.ModeKeys.TRAIN
+    mode = tf_estimator.ModeKeys.TRAIN
     with pytest.raises(ValueError, match="eval_metrics should be tuple or list"):
         te.TPUEstimatorSpec(mode, eval_metrics="x")
     with pytest.raises(ValueError, match="host_call should have two elements."):

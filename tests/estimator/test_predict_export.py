@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import tpu_estimator as te
 from tests.estimator import models
+from tpu_estimator import estimator as tf_estimator
 
 IPC = te.InputPipelineConfig
 
@@ -66,7 +67,7 @@ def test_predict_needs_a_dataset(trained_dir):
 
 def _serving_input_fn():
     x = tf.compat.v1.placeholder(tf.float32, [None, 5], name="x")
-    return tf.estimator.export.TensorServingInputReceiver(x, {"x": x})
+    return tf_estimator.export.TensorServingInputReceiver(x, {"x": x})
 
 
 @pytest.mark.parametrize("api", [te.ExportSavedModelApiVersion.V1, te.ExportSavedModelApiVersion.V2])

@@ -164,7 +164,7 @@ def train(config: config_file.Config, flag_values: flags.FlagValues, last_step: 
     estimator = models.make_estimator(config)
     hook = progress_hook(config, last_step, flag_values)
     start = time.time()
-    estimator.train(models.make_input_fn(config, tf.estimator.ModeKeys.TRAIN), max_steps=last_step, hooks=[hook])
+    estimator.train(models.make_input_fn(config, "train"), max_steps=last_step, hooks=[hook])
     elapsed = time.time() - start
     if start_step is not None and not described:
         save_config(config, model_dir)
@@ -196,9 +196,7 @@ def evaluate(config: config_file.Config, flag_values: flags.FlagValues) -> Dict[
     except ValueError as e:  # eval.steps=null and fewer examples than one batch
         raise CliError(f"no evaluation examples: {e}") from None
     counter = _RunCounter()
-    metrics = dict(
-        estimator.evaluate(models.make_input_fn(config, tf.estimator.ModeKeys.EVAL), steps=steps, hooks=[counter])
-    )
+    metrics = dict(estimator.evaluate(models.make_input_fn(config, "eval"), steps=steps, hooks=[counter]))
     if counter.runs == 0:
         raise CliError(f"no evaluation examples: {_data_description(config, training=False)}")
     return metrics

@@ -5,11 +5,12 @@ from typing import Any, Dict, Optional, Sequence
 import tensorflow as tf
 
 import tpu_estimator as te
+from tpu_estimator import estimator as tf_estimator
 from tpu_estimator import experimental as tex
 from tpu_estimator.app import config_file
 from tpu_estimator.app.models import metrics as metrics_lib
 
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = tf_estimator.ModeKeys
 PREDICTION_KEYS = ("probability", "logit")
 
 
@@ -89,7 +90,7 @@ def binary_head(
             mode,
             predictions=predictions,
             export_outputs={
-                tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: tf.estimator.export.PredictOutput(predictions)
+                tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: tf_estimator.export.PredictOutput(predictions)
             },
         )
     labels = tf.cast(tf.reshape(labels, [-1]), tf.float32)

@@ -14,10 +14,11 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from tpu_estimator import estimator as tf_estimator
 from tpu_estimator.app import config_file
 from tpu_estimator.app.data import criteo, synthetic
 
-ModeKeys = tf.estimator.ModeKeys
+ModeKeys = tf_estimator.ModeKeys
 # First synthetic evaluation example when training streams endlessly (far beyond any training run).
 SYNTHETIC_EVAL_START = 2**49
 FeatureTransform = Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]
@@ -248,6 +249,6 @@ def serving_input_receiver_fn(transform: Optional[FeatureTransform] = None) -> C
         for name in criteo.CATEGORICAL_FEATURE_NAMES:
             inputs[name] = tf.compat.v1.placeholder(tf.int64, [None], name=name)
         features = transform(inputs) if transform else dict(inputs)
-        return tf.estimator.export.ServingInputReceiver(features, inputs)
+        return tf_estimator.export.ServingInputReceiver(features, inputs)
 
     return receiver_fn
