@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from absl import flags
 
 from tpu_estimator.app import cli
@@ -133,3 +134,15 @@ def test_progress_lines():
     assert hook.steps_run == 300
     assert hook.examples_per_sec() == pytest.approx(200 * 100 / 4.0)
     assert hook.examples_per_sec(skip_first_run=False) == pytest.approx(300 * 100 / 14.0)
+
+
+def test_progress_shows_the_last_step_even_before_its_period():
+    lines = []
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        train_op = tf.compat.v1.assign_add(global_step, 1)
+        hook = cli_progress.ProgressHook(batch_size=8, last_step=3, every_secs=1e9, printer=lines.append)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(3):
+                session.run(train_op)
+    assert [line.split()[:2] for line in lines] == [["step", "3/3"]]

@@ -69,8 +69,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         now, step = time.time(), int(run_context.session.run(self._global_step))
         self.points.append((now, step))
         last_time, last_step = self._printed
-        due = (self._every_secs is not None and now - last_time >= self._every_secs) or (
-            self._every_steps is not None and step - last_step >= self._every_steps
+        due = (
+            (self._every_secs is not None and now - last_time >= self._every_secs)
+            or (self._every_steps is not None and step - last_step >= self._every_steps)
+            or (self._last_step is not None and step >= self._last_step)  # the last step is always shown
         )
         if due and step > last_step:
             self._printed = (now, step)
