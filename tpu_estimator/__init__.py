@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 from typing import Any, List
 
-from tpu_estimator import experimental  # noqa: E402,I001 (after the core: it imports tpu_estimator.embedding_spec)
+from tpu_estimator import experimental
 from tpu_estimator.context import TPUContext, UnsupportedOffTPUError
 from tpu_estimator.replication import CrossShardOptimizer, cross_replica_sum, outside_compilation
 from tpu_estimator.rewrite import rewrite
