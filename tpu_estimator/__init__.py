@@ -10,7 +10,9 @@ import importlib
 import pkgutil
 from typing import Any, List
 
-from tpu_estimator import experimental
+# `tpu_estimator` (the core module) must load before the `rewrite` function below shadows the `tpu_estimator.rewrite`
+# module as a package attribute: the core reads that module by `from tpu_estimator import rewrite`.
+from tpu_estimator import experimental, tpu_estimator
 from tpu_estimator.context import TPUContext, UnsupportedOffTPUError
 from tpu_estimator.replication import CrossShardOptimizer, cross_replica_sum, outside_compilation
 from tpu_estimator.rewrite import rewrite

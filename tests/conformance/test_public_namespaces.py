@@ -64,3 +64,21 @@ def test_experimental_embedding_config_spec_through_the_package_attribute():
     assert result.returncode == 0, result.stderr[-2000:]
     # The product (`app`) is not imported by `import tpu_estimator`: it loads on first access only.
     assert result.stdout.strip().splitlines()[-1] == "['t'] div False"
+
+
+def test_core_reads_the_rewrite_module_whatever_the_import_order():
+    # Sorting the package's imports (ruff's isort) put `from tpu_estimator.rewrite import rewrite` (the function, which
+    # shadows the module attribute) before the core module, and export_to_tpu then died with
+    # "AttributeError: 'function' object has no attribute 'rewrite'" (found by the conformance export cases).
+    code = (
+        "import sys, types\n"
+        "import tpu_estimator as te\n"
+        "core = sys.modules['tpu_estimator.tpu_estimator']\n"
+        "print(isinstance(core.rewrite_lib, types.ModuleType), callable(core.rewrite_lib.rewrite), callable(te.rewrite))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "True True True"
