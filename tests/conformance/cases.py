@@ -72,29 +72,60 @@ ErrorSpec = Tuple[Tuple[Type[BaseException], ...], str]
 _DATASET_REQUIRED = r"`input_fn` must return a `?Dataset"
 
 
+def unsupported_rule(case: Dict[str, Any]) -> Optional[str]:
+    """The first unsupported-combination rule the case meets, in the order TPUEstimator checks them, or None.
+
+    Order: the constructor (embeddings need PER_HOST_V1/V2), the training input (PER_HOST_V2 needs a Dataset;
+    RaggedTensor features), the model_fn signature (when the graph is built), PREDICT's input (a Dataset).
+    """
+    if case["embedding"] != "none" and case["input_config"] in ("PER_SHARD_V1", "BROADCAST"):
+        return "embedding_needs_per_host"
+    if case["returns"] == "tensors" and case["input_config"] == "PER_HOST_V2":
+        return "per_host_v2_needs_dataset"
+    if case["id_format"] == "ragged":
+        return "ragged_features"
+    if case["signature"] == "features_labels_mode":
+        return "model_fn_without_params"
+    if case["signature"] == "features_mode_params" and case["labels"] != "none":
+        return "model_fn_without_labels_but_labels"
+    if case["returns"] == "tensors" and case["mode"] in ("predict", "export"):
+        return "predict_needs_dataset"
+    return None
+
+
+_ERRORS = {
+    "embedding_needs_per_host": (
+        (ValueError,),
+        "Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding",
+    ),
+    "per_host_v2_needs_dataset": ((TypeError,), "`input_fn` must return a `Dataset` for the PER_HOST_V2"),
+    "ragged_features": ((ValueError,), "must have static shape"),
+    "model_fn_without_params": ((ValueError,), "params"),
+    "model_fn_without_labels_but_labels": ((ValueError,), "labels"),
+    "predict_needs_dataset": (
+        (TypeError, ValueError),
+        r"PREDICT.*`input_fn` must return `?Dataset|must return a `?Dataset",
+    ),
+}
+
+
 def expected_error(case: Dict[str, Any]) -> Optional[ErrorSpec]:
     """(exception types, regex of the message) for an unsupported combination; None for a supported one.
 
     The rules are upstream's (TPUEstimator 2.15) plus RaggedTensor features, which no TPUEstimator input path
     carries (the error names the tensor; convert ragged ids with `.to_sparse()`).
     """
-    embedding = case["embedding"] != "none"
-    if embedding and case["input_config"] in ("PER_SHARD_V1", "BROADCAST"):
-        return (ValueError,), "Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding"
-    if case["signature"] == "features_labels_mode":
-        return (ValueError,), "params"
-    if case["returns"] == "tensors" and case["mode"] in ("predict", "export"):
-        return (TypeError, ValueError), r"PREDICT.*`input_fn` must return `?Dataset|" + _DATASET_REQUIRED
-    if case["returns"] == "tensors" and case["input_config"] == "PER_HOST_V2":
-        return (TypeError, ValueError), _DATASET_REQUIRED
-    if case["id_format"] == "ragged":
-        return (ValueError,), "must have static shape"
-    if case["signature"] == "features_mode_params" and case["labels"] != "none":
-        return (ValueError,), "labels"
-    return None
+    rule = unsupported_rule(case)
+    return None if rule is None else _ERRORS[rule]
 
 
+# Bug 1 is not specific to embeddings: PER_HOST_V2 on 2+ shards fails the same way whenever a SparseTensor is the
+# first feature in sorted key order.
 BUG_1 = "issue 14 bug 1: being fixed on branch train"
+SLICED_TRAINING = (
+    "per_host_input_for_training=SLICED trains without an error (as PER_HOST_V1, like upstream); SLICED is an "
+    "eval/predict configuration and training with it should raise a clear ValueError (tpu_config.py)"
+)
 BUG_2 = "issue 14 bug 2: being fixed on branch train"
 TENSORS_WITHOUT_LABELS = (
     "features-only tensors (input_fn returns get_next() of a features dict, no labels): "
@@ -120,14 +151,19 @@ WEIGHTED_COLUMN_DENSE_PREDICT = (
 )
 
 
-def known_failure(case: Dict[str, Any]) -> Optional[str]:
-    """Why a case fails today (a finding, kept as strict xfail until fixed), or None."""
+PER_HOST_V2_SPARSE_PREDICT = (
+    "PREDICT with PER_HOST_V2 and a SparseTensor feature: TypeError 'true_fn and false_fn arguments to tf.cond must "
+    "have the same number, type, and overall structure of return values' (the predict padding/stopping signals)"
+)
+SPARSE_PREDICT_ON_SHARDS = (
+    "PREDICT on 2+ shards with a SparseTensor feature and no embedding config: InvalidArgumentError "
+    "'Incompatible shapes: [0] vs. [2]' on the padded last batch"
+)
+
+
+def _training_failure(case: Dict[str, Any]) -> Optional[str]:
+    """A known bug the training input/graph of the case hits first, or None."""
     embedding = case["embedding"] != "none"
-    error = expected_error(case)
-    if error is not None:
-        if case["id_format"] == "ragged" and case["returns"] == "tensors" and error[1] == "must have static shape":
-            return TENSORS_WITH_RAGGED
-        return None
     if case["returns"] == "tensors":
         if case["labels"] == "none":
             return TENSORS_WITHOUT_LABELS
@@ -138,19 +174,32 @@ def known_failure(case: Dict[str, Any]) -> Optional[str]:
     if embedding and case["labels"] == "none":
         return BUG_2
     if (
-        embedding
-        and case["input_config"] == "PER_HOST_V2"
+        case["input_config"] == "PER_HOST_V2"
         and case["shards"] >= 2
         and case["id_format"] == "sparse"
         and case["key_order"] == "ids_first_sorted"
     ):
         return BUG_1
-    if (
-        case["embedding"] == "weighted_columns"
-        and case["id_format"] == "dense"
-        and case["mode"] in ("predict", "export")
-    ):
+    return None
+
+
+def known_failure(case: Dict[str, Any]) -> Optional[str]:
+    """Why a case fails today (a finding, kept as strict xfail until fixed), or None."""
+    rule = unsupported_rule(case)
+    if rule in ("embedding_needs_per_host", "per_host_v2_needs_dataset"):
+        return None
+    if rule == "ragged_features":
+        return TENSORS_WITH_RAGGED if case["returns"] == "tensors" else None
+    training = _training_failure(case)
+    if rule is not None or training is not None:
+        return training
+    predicting = case["mode"] in ("predict", "export")
+    if predicting and case["embedding"] == "weighted_columns" and case["id_format"] == "dense":
         return WEIGHTED_COLUMN_DENSE_PREDICT
+    if predicting and case["input_config"] == "PER_HOST_V2" and case["id_format"] == "sparse":
+        return PER_HOST_V2_SPARSE_PREDICT
+    if predicting and case["embedding"] == "none" and case["id_format"] == "sparse" and case["shards"] >= 2:
+        return SPARSE_PREDICT_ON_SHARDS
     return None
 
 
@@ -210,24 +259,13 @@ def covering_cases() -> List[Dict[str, Any]]:
 
 
 def unsupported_cases() -> List[Dict[str, Any]]:
-    """Per unsupported rule, a pairwise array over the axes the rule does not fix (each case expects the error)."""
-    rules = {
-        "embedding_with_per_shard_or_broadcast": lambda c: (
-            c["embedding"] != "none" and c["input_config"] in ("PER_SHARD_V1", "BROADCAST")
-        ),
-        "model_fn_without_params": lambda c: c["signature"] == "features_labels_mode",
-        "model_fn_without_labels_but_labels": lambda c: (
-            c["signature"] == "features_mode_params" and c["labels"] != "none"
-        ),
-        "tensors_for_predict_or_export": lambda c: c["returns"] == "tensors" and c["mode"] in ("predict", "export"),
-        "tensors_for_per_host_v2": lambda c: c["returns"] == "tensors" and c["input_config"] == "PER_HOST_V2",
-        "ragged_features": lambda c: c["id_format"] == "ragged",
-    }
+    """Per unsupported rule, a pairwise array of (mode, input_config) among the cases whose first rule it is and
+    that no known bug reaches first (so each case asserts that rule's error)."""
     cases = []
-    for index, rule in enumerate(rules.values()):
+    for index, name in enumerate(_ERRORS):
 
-        def valid(case, rule=rule):
-            return rule(case) and expected_error(case) is not None
+        def valid(case, name=name):
+            return unsupported_rule(case) == name and known_failure(case) is None
 
         def required(a1, v1, a2, v2):
             return {a1, a2} == {"mode", "input_config"}

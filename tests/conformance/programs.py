@@ -160,7 +160,10 @@ def make_input_fn(case: Dict[str, Any], mode: str) -> Callable:
         batch = params["batch_size"]
         if mode == "predict":
             features, _ = features_and_labels(case, np.arange(N_PRED), with_labels=False)
-            return tf.data.Dataset.from_tensor_slices(features).batch(batch)
+            dataset = tf.data.Dataset.from_tensor_slices(features).batch(batch)
+            if case["returns"] == "tensors":
+                return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+            return dataset
         features, labels = features_and_labels(case, np.arange(N))
         elements = features if labels is None else (features, labels)
         dataset = tf.data.Dataset.from_tensor_slices(elements).repeat()
