@@ -116,14 +116,10 @@ def expected_error(case: Dict[str, Any]) -> Optional[ErrorSpec]:
     return None if rule is None else _ERRORS[rule]
 
 
-# Bug 1 is not specific to embeddings: PER_HOST_V2 on 2+ shards fails the same way whenever a SparseTensor is the
-# first feature in sorted key order.
-BUG_1 = "issue 14 bug 1: being fixed on branch train"
 SLICED_TRAINING = (
     "per_host_input_for_training=SLICED trains without an error (as PER_HOST_V1, like upstream); SLICED is an "
     "eval/predict configuration and training with it should raise a clear ValueError (tpu_config.py)"
 )
-BUG_2 = "issue 14 bug 2: being fixed on branch train"
 TENSORS_WITHOUT_LABELS = (
     "features-only tensors (input_fn returns get_next() of a features dict, no labels): "
     "AttributeError: 'NoneType' object has no attribute 'dtype' building the infeed queue (input_pipeline.py); "
@@ -160,7 +156,6 @@ SPARSE_PREDICT_ON_SHARDS = (
 
 def _training_failure(case: Dict[str, Any]) -> Optional[str]:
     """A known bug the training input/graph of the case hits first, or None."""
-    embedding = case["embedding"] != "none"
     if case["returns"] == "tensors":
         if case["input_config"] == "BROADCAST":
             return BROADCAST_TENSORS
@@ -168,15 +163,6 @@ def _training_failure(case: Dict[str, Any]) -> Optional[str]:
             return TENSORS_WITHOUT_LABELS
         if case["id_format"] == "sparse":
             return TENSORS_WITH_SPARSE
-    if embedding and case["labels"] == "none":
-        return BUG_2
-    if (
-        case["input_config"] == "PER_HOST_V2"
-        and case["shards"] >= 2
-        and case["id_format"] == "sparse"
-        and case["key_order"] == "ids_first_sorted"
-    ):
-        return BUG_1
     return None
 
 

@@ -1,8 +1,7 @@
 """Named regression tests: each failure (or surprise) the conformance generator found, as one plain test.
 
-Strict xfails are findings not fixed yet (bugs 1 and 2 of issue 14 are being fixed on branch `train`; the others are
-in modules being refactored there): they turn into failures (XPASS) the moment the bug is fixed, so the marker
-can be removed.
+Strict xfails are findings not fixed yet: they turn into failures (XPASS) the moment the bug is fixed, so the
+marker must then be removed. Bugs 1 and 2 of issue 14 are fixed (plain tests below).
 """
 
 import numpy as np
@@ -34,14 +33,12 @@ def case_of(**overrides):
     return case
 
 
-@pytest.mark.xfail(strict=True, reason=cases.BUG_1)
 def test_per_host_v2_two_shards_with_sparse_first_embedding_feature_trains(tmp_path):
     case = case_of(input_config="PER_HOST_V2", shards=2, id_format="sparse", key_order="ids_first_sorted")
-    assert cases.known_failure(case) == cases.BUG_1
+    assert cases.known_failure(case) is None
     cases.run_case(case, str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.BUG_1)
 def test_per_host_v2_two_shards_with_sparse_first_feature_without_embeddings_trains(tmp_path):
     case = case_of(input_config="PER_HOST_V2", shards=2, id_format="sparse", embedding="none")
     cases.run_case(case, str(tmp_path))
@@ -53,7 +50,6 @@ def test_per_host_v2_two_shards_with_dense_first_feature_and_sparse_ids_trains(t
     cases.run_case(case, str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.BUG_2)
 def test_features_only_dataset_with_embedding_config_and_model_fn_without_labels_trains(tmp_path):
     case = case_of(labels="none", signature="features_mode_params")
     cases.run_case(case, str(tmp_path))
