@@ -144,10 +144,6 @@ WEIGHTED_COLUMN_DENSE_PREDICT = (
 )
 
 
-PER_HOST_V2_SPARSE_PREDICT = (
-    "PREDICT with PER_HOST_V2 and a SparseTensor feature: TypeError 'true_fn and false_fn arguments to tf.cond must "
-    "have the same number, type, and overall structure of return values' (the predict padding/stopping signals)"
-)
 SPARSE_PREDICT_ON_SHARDS = (
     "PREDICT on 2+ shards with a SparseTensor feature and no embedding config: InvalidArgumentError "
     "'Incompatible shapes: [0] vs. [2]' on the padded last batch"
@@ -181,8 +177,6 @@ def known_failure(case: Dict[str, Any]) -> Optional[str]:
     predicting = case["mode"] in ("predict", "export")
     if predicting and case["embedding"] == "weighted_columns" and case["id_format"] == "dense":
         return WEIGHTED_COLUMN_DENSE_PREDICT
-    if predicting and case["input_config"] == "PER_HOST_V2" and case["id_format"] == "sparse":
-        return PER_HOST_V2_SPARSE_PREDICT
     if predicting and case["embedding"] == "none" and case["id_format"] == "sparse" and case["shards"] >= 2:
         return SPARSE_PREDICT_ON_SHARDS
     return None

@@ -73,6 +73,7 @@ def test_core_reads_the_rewrite_module_whatever_the_import_order():
     code = (
         "import sys, types\n"
         "import tpu_estimator as te\n"
+        "te.TPUEstimator  # the package loads its modules on first use\n"
         "core = sys.modules['tpu_estimator.tpu_estimator']\n"
         "print(isinstance(core.rewrite_lib, types.ModuleType), callable(core.rewrite_lib.rewrite), callable(te.rewrite))\n"
     )

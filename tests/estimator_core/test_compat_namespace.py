@@ -8,6 +8,7 @@ import tensorflow as tf
 import tpu_estimator as te
 from tpu_estimator import compat
 from tpu_estimator import estimator as estimator_lib
+from tpu_estimator.compat import patching
 
 _MISSING = object()
 
@@ -15,14 +16,24 @@ _MISSING = object()
 @pytest.fixture
 def without_tf_estimator(monkeypatch):
     """Makes install() take the TensorFlow-2.16+ path even where tf.estimator exists."""
-    monkeypatch.setattr(compat, "_has_estimator", lambda: False)
+    for namespace in (tf, tf.compat.v1, tf.compat.v2):
+        # TF 2.15's lazy loaders replace themselves by the module when first used (install() uses them): resolve
+        # them now, so that the snapshot before install() is what uninstall() restores.
+        getattr(getattr(namespace, "estimator", None), "Estimator", None)
+    monkeypatch.setattr(patching, "_has_estimator", lambda: False)
+
+
+def _module_name(entry):
+    # TF 2.15 binds tf.compat.v1.estimator to a LazyLoader that some reads replace by the module it loads: both
+    # are the same namespace, named alike.
+    return getattr(entry, "__name__", entry)
 
 
 def _estimator_attributes():
     return {
-        "tf": tf.__dict__.get("estimator", _MISSING),
-        "v1": tf.compat.v1.__dict__.get("estimator", _MISSING),
-        "v2": tf.compat.v2.__dict__.get("estimator", _MISSING),
+        "tf": _module_name(tf.__dict__.get("estimator", _MISSING)),
+        "v1": _module_name(tf.compat.v1.__dict__.get("estimator", _MISSING)),
+        "v2": _module_name(tf.compat.v2.__dict__.get("estimator", _MISSING)),
         "modules": sorted(m for m in sys.modules if m.startswith(("tensorflow.estimator", "tensorflow.compat.v"))),
     }
 

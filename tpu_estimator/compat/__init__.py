@@ -31,184 +31,33 @@ earlier) keep TensorFlow's objects: install first, then import the program (the 
 `tpu_estimator.compat.launcher` does this). `uninstall()` puts every replaced object back and removes what was added.
 """
 
-import sys
-import threading
-from typing import Any, Dict, List, Optional
+import importlib
+from typing import Any
 
-import tensorflow as tf
+# Public names and the submodule defining each. They are imported on first use, so that importing the launcher
+# (`tpu_estimator.compat.launcher`) does not import TensorFlow before it has quieted its logs.
+_EXPORTS = {
+    "install": "patching",
+    "uninstall": "patching",
+    "is_installed": "patching",
+    "batch_parallel": "tpu_ops",
+    "bfloat16_scope": "tpu_ops",
+    "initialize_system": "tpu_ops",
+    "replicate": "tpu_ops",
+    "shard": "tpu_ops",
+    "shutdown_system": "tpu_ops",
+}
 
-from tpu_estimator.compat import namespaces
-from tpu_estimator.compat.tpu_ops import (
-    batch_parallel,
-    bfloat16_scope,
-    initialize_system,
-    replicate,
-    shard,
-    shutdown_system,
-)
-
-_MISSING = object()
-_lock = threading.Lock()
-_patches: Optional[List["_Patch"]] = None
-_added_modules: Dict[str, Any] = {}
+__all__ = sorted(_EXPORTS)
 
 
-def _resolve(path: str) -> Any:
-    """The object at attribute `path` from the `tensorflow` module, loading lazily loaded modules."""
-    obj = tf
-    for part in path.split(".") if path else []:
-        child = getattr(obj, part)
-        if hasattr(type(child), "_load"):  # A LazyLoader: replaced by the real module in its parent once loaded.
-            child = child._load()
-        obj = child
-    return obj
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _is_module_wrapper(obj: Any) -> bool:
-    return hasattr(obj, "_tfmw_wrapped_module")
-
-
-class _Patch(object):
-    """One attribute of one namespace set to our object, restorable exactly."""
-
-    def __init__(self, owner: Any, name: str, value: Any):
-        self.owner = owner
-        self.name = name
-        self.value = value
-        self.old = _MISSING
-        self.old_all = None
-
-    def _current(self) -> Any:
-        if not _is_module_wrapper(self.owner):
-            return getattr(self.owner, self.name, _MISSING)
-        # Read past the wrapper's deprecation warnings; import lazily loaded names as the wrapper would.
-        wrapped = self.owner._tfmw_wrapped_module
-        if self.name in wrapped.__dict__:
-            return wrapped.__dict__[self.name]
-        if self.name in (self.owner._tfmw_public_apis or {}):
-            return self.owner._tfmw_import_module(self.name)
-        return _MISSING
-
-    def apply(self) -> None:
-        self.old = self._current()
-        all_names = self.owner.__dict__.get("__all__")
-        self.old_all = list(all_names) if isinstance(all_names, list) else None
-        setattr(self.owner, self.name, self.value)
-
-    def restore(self) -> None:
-        if self.old is not _MISSING:
-            setattr(self.owner, self.name, self.old)
-        elif _is_module_wrapper(self.owner):
-            wrapped = self.owner._tfmw_wrapped_module
-            wrapped.__dict__.pop(self.name, None)
-            self.owner.__dict__.pop(self.name, None)
-            if self.owner._fastdict_key_in(self.name):
-                self.owner._fastdict_pop(self.name)
-        else:
-            self.owner.__dict__.pop(self.name, None)
-        all_names = self.owner.__dict__.get("__all__")
-        if self.old_all is not None and isinstance(all_names, list):
-            all_names[:] = self.old_all
-
-
-def _has_estimator() -> bool:
-    """Whether this TensorFlow has its own `tf.estimator` (2.15 and older)."""
-    try:
-        _resolve("compat.v1.estimator")
-    except (AttributeError, ImportError):
-        return False
-    return True
-
-
-def _targets() -> tuple:
-    """([(namespace path, {name: our object})], added modules by name) for every namespace we touch."""
-    modules = dict(namespaces.contrib_modules())
-    contrib = modules["tensorflow.contrib"]
-    resolvers = namespaces.cluster_resolver_names()
-    if _has_estimator():
-        estimator_targets = [
-            ("compat.v1.estimator.tpu", namespaces.estimator_names()),
-            ("compat.v1.estimator.tpu.experimental", namespaces.estimator_experimental_names()),
-            ("estimator", {"tpu": namespaces.estimator_tpu_module()}),
-        ]
-    else:
-        estimator_modules = namespaces.estimator_modules()
-        estimator = estimator_modules["tensorflow.estimator"]
-        estimator_targets = [("", {"estimator": estimator})]
-        for version in ("v1", "v2"):
-            estimator_targets.append(("compat." + version, {"estimator": estimator}))
-            for name, module in estimator_modules.items():
-                modules[name.replace("tensorflow.", "tensorflow.compat.{}.".format(version), 1)] = module
-        modules.update(estimator_modules)
-    return estimator_targets + [
-        ("compat.v1.tpu", namespaces.tpu_names()),
-        ("compat.v1.tpu.experimental", namespaces.embedding_parameter_names()),
-        ("distribute.cluster_resolver", resolvers),
-        ("compat.v1.distribute.cluster_resolver", resolvers),
-        ("compat.v2.distribute.cluster_resolver", resolvers),
-        ("", {"contrib": contrib}),
-        ("compat.v1", {"contrib": contrib}),
-    ], modules
-
-
-def install() -> None:
-    """Puts our TPUEstimator, TPU ops, cluster resolver and contrib modules behind TensorFlow's names.
-
-    Idempotent: a second call does nothing.
-    """
-    global _patches
-    with _lock:
-        if _patches is not None:
-            return
-        targets, modules = _targets()
-        patches = []
-        try:
-            for path, members in targets:
-                owner = _resolve(path)
-                for name, value in members.items():
-                    patch = _Patch(owner, name, value)
-                    patch.apply()
-                    patches.append(patch)
-        except BaseException:
-            for patch in reversed(patches):
-                patch.restore()
-            raise
-        for name, module in modules.items():
-            _added_modules[name] = sys.modules.get(name, _MISSING)
-            sys.modules[name] = module
-        _patches = patches
-
-
-def uninstall() -> None:
-    """Restores TensorFlow's own objects and removes the added modules. Does nothing if not installed."""
-    global _patches
-    with _lock:
-        if _patches is None:
-            return
-        for patch in reversed(_patches):
-            patch.restore()
-        for name, old in _added_modules.items():
-            if old is _MISSING:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
-        _added_modules.clear()
-        _patches = None
-
-
-def is_installed() -> bool:
-    """Whether `install()` is in effect."""
-    return _patches is not None
-
-
-__all__ = [
-    "batch_parallel",
-    "bfloat16_scope",
-    "initialize_system",
-    "install",
-    "is_installed",
-    "replicate",
-    "shard",
-    "shutdown_system",
-    "uninstall",
-]
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))
