@@ -26,9 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 LANGUAGES = ("python", "sh", "yaml")
 INCLUDE = re.compile(r"<!-- include: (\S+) -->")
-# Subcommands the README documents that another branch is adding: their lines are skipped (with this reason)
-# while this build lacks them, and checked as soon as it has them.
-PENDING_SUBCOMMANDS = {"data": "`tpu-estimator data` is being added to tpu_estimator/app/cli.py"}
 SMALL_STEPS = "100"
 
 
@@ -211,8 +208,6 @@ def check_tpu_estimator(words: List[str]) -> None:
     positional = [w for w in words[1:] if not w.startswith("-")]
     if positional:
         subcommand = positional[0]
-        if subcommand not in subcommands and subcommand in PENDING_SUBCOMMANDS:
-            pytest.skip(PENDING_SUBCOMMANDS[subcommand])
         assert subcommand in subcommands, f"{subcommand}: not a subcommand of tpu-estimator ({sorted(subcommands)})"
         assert len(positional) == 1, f"{words}: one subcommand, then flags"
     else:
