@@ -14,7 +14,7 @@ PYTEST_ARGS ?= tests
 # Tests marked `upstream` use tensorflow_estimator (TF 2.15's TPUEstimator) as an oracle: TF 2.15 leg only.
 TEST_ENV := TF_CPP_MIN_LOG_LEVEL=2
 
-.PHONY: demo test lint test-tf221 test-tf215 test-tf215-our-core install install-tf215 clean
+.PHONY: demo test lint test-tf221 test-tf215 test-tf215-our-core conformance install install-tf215 clean
 
 install: $(STAMP)
 
@@ -57,6 +57,12 @@ test-tf215: $(STAMP_TF215)
 # TPUEstimator's tests on our Estimator core where upstream's also runs: the same suite as the oracle of the core.
 test-tf215-our-core: $(STAMP_TF215)
 	$(TEST_ENV) TPU_ESTIMATOR_CORE=ours $(PY_TF215) -m pytest -m "not upstream" tests/estimator tests/compat tests/estimator_core
+
+# The conformance suite beyond make test's pairwise array (docs/CONFORMANCE.md): CONFORMANCE=full (the whole product)
+# or CONFORMANCE=sample:N (N cases drawn with a fixed seed), on TF 2.15 with upstream's CPU path as an oracle.
+CONFORMANCE ?= full
+conformance: $(STAMP_TF215)
+	$(TEST_ENV) $(PY_TF215) -m pytest tests/conformance --conformance=$(CONFORMANCE) $(PYTEST_ARGS_CONFORMANCE)
 
 clean:
 	rm -rf $(VENV) $(VENV_TF215) build *.egg-info
