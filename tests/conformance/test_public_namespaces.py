@@ -67,15 +67,18 @@ def test_experimental_embedding_config_spec_through_the_package_attribute():
 
 
 def test_core_reads_the_rewrite_module_whatever_the_import_order():
-    # Sorting the package's imports (ruff's isort) put `from tpu_estimator.rewrite import rewrite` (the function, which
-    # shadows the module attribute) before the core module, and export_to_tpu then died with
-    # "AttributeError: 'function' object has no attribute 'rewrite'" (found by the conformance export cases).
+    # Sorting the package's imports (ruff's isort) once put `from tpu_estimator.rewrite import rewrite` (the function,
+    # which shadows the module attribute) before the core module, and export_to_tpu then died with
+    # "AttributeError: 'function' object has no attribute 'rewrite'" (found by the conformance export cases). The
+    # export path (cpu_path) now imports the function itself; the package attribute stays the function.
     code = (
         "import sys, types\n"
         "import tpu_estimator as te\n"
         "te.TPUEstimator  # the package loads its modules on first use\n"
-        "core = sys.modules['tpu_estimator.tpu_estimator']\n"
-        "print(isinstance(core.rewrite_lib, types.ModuleType), callable(core.rewrite_lib.rewrite), callable(te.rewrite))\n"
+        "import tpu_estimator.rewrite\n"
+        "from tpu_estimator import cpu_path\n"
+        "print(isinstance(sys.modules['tpu_estimator.rewrite'], types.ModuleType), callable(cpu_path.rewrite), "
+        "callable(te.rewrite))\n"
     )
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run(
