@@ -63,10 +63,10 @@ def model_fn(features, labels, mode, params):
     net = tf.concat([features["user"], features["query_item"], features["history"]], axis=1)
     net = tf.compat.v1.layers.dense(net, 16, activation=tf.nn.relu)
     logits = tf.squeeze(tf.compat.v1.layers.dense(net, 1), axis=1)
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == te.estimator.ModeKeys.PREDICT:
         return te.TPUEstimatorSpec(mode, predictions={"probability": tf.sigmoid(logits)})
     loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
-    if mode == tf.estimator.ModeKeys.EVAL:
+    if mode == te.estimator.ModeKeys.EVAL:
         metric_fn = lambda labels, logits: {"auc": tf.compat.v1.metrics.auc(labels, tf.sigmoid(logits))}
         return te.TPUEstimatorSpec(mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
     optimizer = te.CrossShardOptimizer(tf.compat.v1.train.AdamOptimizer(0.01))
@@ -80,7 +80,7 @@ def serving_input_fn():
         "query_item": tf.compat.v1.placeholder(tf.int64, [None], name="query_item"),
         "history": tf.compat.v1.placeholder(tf.int64, [None, HISTORY], name="history"),
     }
-    return tf.estimator.export.ServingInputReceiver(features, features)
+    return te.estimator.export.ServingInputReceiver(features, features)
 
 
 def main():

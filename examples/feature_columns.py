@@ -63,11 +63,11 @@ def model_fn(features, labels, mode, params):
     net = tf.compat.v1.feature_column.input_layer(features, EMBEDDING_COLUMNS + [PRICE])
     net = tf.compat.v1.layers.dense(net, 16, activation=tf.nn.relu)
     logits = tf.squeeze(tf.compat.v1.layers.dense(net, 1), axis=1)
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == te.estimator.ModeKeys.PREDICT:
         return te.TPUEstimatorSpec(mode, predictions={"probability": tf.sigmoid(logits)})
 
     loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
-    if mode == tf.estimator.ModeKeys.EVAL:
+    if mode == te.estimator.ModeKeys.EVAL:
 
         def metric_fn(labels, logits):  # runs once on the host over all shards' tensors
             return {
@@ -91,7 +91,7 @@ def serving_input_fn():
         "item": tf.compat.v1.placeholder(tf.int64, [None], name="item"),
         "price": tf.compat.v1.placeholder(tf.float32, [None, 1], name="price"),
     }
-    return tf.estimator.export.ServingInputReceiver(features, features)
+    return te.estimator.export.ServingInputReceiver(features, features)
 
 
 def main():

@@ -31,25 +31,38 @@ def installed():
         compat.uninstall()
 
 
+_MISSING = "<missing>"
+
+
+def _lookup(path):
+    """The object at `path` below `tensorflow`, or _MISSING (TF 2.16+ has no `tf.estimator` before install())."""
+    obj = tf
+    for part in path.split("."):
+        obj = getattr(obj, part, _MISSING)
+        if obj is _MISSING:
+            break
+    return obj
+
+
 def _snapshot():
     """The objects behind every name install() touches, plus the module lists it changes."""
-    v1 = tf.compat.v1
     names = {
-        "v1.estimator.tpu": (v1.estimator.tpu, namespaces.ESTIMATOR_NAMES),
-        "v1.estimator.tpu.experimental": (v1.estimator.tpu.experimental, ["EmbeddingConfigSpec"]),
-        "v1.tpu": (v1.tpu, list(namespaces.tpu_names())),
-        "v1.tpu.experimental": (v1.tpu.experimental, namespaces.EMBEDDING_PARAMETER_NAMES),
-        "distribute.cluster_resolver": (tf.distribute.cluster_resolver, ["TPUClusterResolver"]),
-        "v1.distribute.cluster_resolver": (v1.distribute.cluster_resolver, ["TPUClusterResolver"]),
-        "v2.distribute.cluster_resolver": (tf.compat.v2.distribute.cluster_resolver, ["TPUClusterResolver"]),
+        "compat.v1.estimator.tpu": namespaces.ESTIMATOR_NAMES,
+        "compat.v1.estimator.tpu.experimental": ["EmbeddingConfigSpec"],
+        "compat.v1.tpu": list(namespaces.tpu_names()),
+        "compat.v1.tpu.experimental": namespaces.EMBEDDING_PARAMETER_NAMES,
+        "distribute.cluster_resolver": ["TPUClusterResolver"],
+        "compat.v1.distribute.cluster_resolver": ["TPUClusterResolver"],
+        "compat.v2.distribute.cluster_resolver": ["TPUClusterResolver"],
     }
     snapshot = {}
-    for key, (module, members) in names.items():
+    for path, members in names.items():
         for name in members:
-            snapshot[key + "." + name] = getattr(module, name)
+            snapshot[path + "." + name] = _lookup(path + "." + name)
+    v1 = tf.compat.v1
     snapshot["tf.contrib"] = hasattr(tf, "contrib")
     snapshot["v1.contrib"] = hasattr(v1, "contrib")
-    snapshot["estimator.tpu"] = hasattr(tf.estimator, "tpu")
+    snapshot["estimator.tpu"] = _lookup("estimator.tpu") is not _MISSING
     snapshot["v1.__all__"] = list(v1.__all__)
     snapshot["contrib modules"] = sorted(m for m in sys.modules if m.startswith("tensorflow.contrib"))
     return snapshot
@@ -57,7 +70,7 @@ def _snapshot():
 
 def test_install_replaces_names_and_uninstall_restores_them_exactly():
     before = _snapshot()
-    assert before["v1.estimator.tpu.TPUEstimator"] is not te.TPUEstimator
+    assert before["compat.v1.estimator.tpu.TPUEstimator"] is not te.TPUEstimator
     compat.install()
     try:
         compat.install()  # Idempotent.

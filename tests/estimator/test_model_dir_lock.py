@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tpu_estimator as te
 from tests.estimator import guarded_trainer
 from tpu_estimator import model_dir_lock
 from tpu_estimator.model_dir_lock import LOCK_FILE_NAME, ModelDirLock, ModelDirLockedError
@@ -85,7 +86,7 @@ def test_second_trainer_fails_fast_naming_the_holder(tmp_path, undisturbed):
     first_code, first_output = finish(first)
     assert code == 3, output
     assert train_seconds(output) < 5.0, output
-    error = output.split("ERROR ", 1)[1]
+    error = output.split("\nERROR ", 1)[1]  # the trainer's line (TensorFlow may log "... ERROR (303)" before it)
     assert error.startswith("ModelDirLockedError: model_dir {} is being trained by another process".format(model_dir))
     assert "host {}, pid {}, since ".format(socket.gethostname(), first.pid) in error
     assert "delete the lock file {}".format(model_dir / LOCK_FILE_NAME) in error
@@ -204,7 +205,7 @@ def test_heartbeat_refreshes_the_lock_file(tmp_path):
 
 def serving_input_receiver_fn():
     feature = tf.compat.v1.placeholder(tf.float32, [None, 4])
-    return tf.estimator.export.TensorServingInputReceiver(feature, feature)
+    return te.estimator.export.TensorServingInputReceiver(feature, feature)
 
 
 def test_readers_need_no_lock(tmp_path):

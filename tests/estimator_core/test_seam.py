@@ -96,7 +96,7 @@ def test_default_without_upstream_is_ours_and_forcing_upstream_fails():
     if _upstream_importable():
         pytest.skip("tensorflow_estimator imports here: the default is upstream's (test_default_is_upstream...)")
     assert _result(_run(TPU_ESTIMATOR_ON_THE_ACTIVE_CORE))["core"] == "ours"
-    completed = _run("import tpu_estimator", core="upstream")
+    completed = _run("import tpu_estimator.estimator", core="upstream")
     assert completed.returncode != 0
     assert "ImportError: TPU_ESTIMATOR_CORE=upstream, but upstream's tensorflow_estimator does not import" in (
         completed.stderr
@@ -104,6 +104,6 @@ def test_default_without_upstream_is_ours_and_forcing_upstream_fails():
 
 
 def test_invalid_core_name_is_a_clear_error():
-    completed = _run("import tpu_estimator", core="mine")
+    completed = _run("import tpu_estimator.estimator", core="mine")
     assert completed.returncode != 0
     assert "TPU_ESTIMATOR_CORE='mine' is not a valid Estimator core: use 'ours', 'upstream'" in completed.stderr
