@@ -116,11 +116,13 @@ class _Source(object):
                 raise TypeError("`input_fn` must return a `Dataset` for this mode.")
             else:
                 features, labels = split_features_and_labels(result)
-                flat = tf.nest.flatten((features, labels))
                 self._structure = (features, labels)
-                self._queue = tf.queue.FIFOQueue(
-                    capacity=2, dtypes=[t.dtype for t in flat], shapes=[t.shape for t in flat]
-                )
+                # Composites (SparseTensor) travel as their component tensors; absent labels stay out of the queue.
+                # No queue shapes: unknown dense shapes get the static-shape error after the dequeue.
+                flat = [t for t in tf.nest.flatten(self._structure, expand_composites=True) if t is not None]
+                if not flat:
+                    raise ValueError("input_fn returned no tensors.")
+                self._queue = tf.queue.FIFOQueue(capacity=2, dtypes=[t.dtype for t in flat])
                 self.hook = TensorInfeedHook(
                     self._queue.enqueue(flat), self._queue.close(cancel_pending_enqueues=True), sleep_secs
                 )
@@ -142,10 +144,17 @@ class _Source(object):
         with tf.device(self._device):
             if self._iterator is not None:
                 return split_features_and_labels(self._iterator.get_next())
-            flat = self._queue.dequeue()
-            if not isinstance(flat, (list, tuple)):
-                flat = [flat]
-            return tf.nest.pack_sequence_as(self._structure, list(flat))
+            values = self._queue.dequeue()
+            values = iter(values if isinstance(values, (list, tuple)) else [values])
+            leaves = []
+            for original in tf.nest.flatten(self._structure, expand_composites=True):
+                if original is None:
+                    leaves.append(None)
+                    continue
+                value = next(values)
+                value.set_shape(original.shape)
+                leaves.append(value)
+            return tf.nest.pack_sequence_as(self._structure, leaves, expand_composites=True)
 
 
 def _empty_batch(spec: tf.TypeSpec) -> Any:

@@ -120,19 +120,6 @@ SLICED_TRAINING = (
     "per_host_input_for_training=SLICED trains without an error (as PER_HOST_V1, like upstream); SLICED is an "
     "eval/predict configuration and training with it should raise a clear ValueError (tpu_config.py)"
 )
-TENSORS_WITHOUT_LABELS = (
-    "features-only tensors (input_fn returns get_next() of a features dict, no labels): "
-    "AttributeError: 'NoneType' object has no attribute 'dtype' building the infeed queue (input_pipeline.py); "
-    "the non-Dataset twin of issue 14 bug 2"
-)
-TENSORS_WITH_SPARSE = (
-    "input_fn returning tensors (not a Dataset) with a SparseTensor feature: "
-    "TypeError: Expected int64, but got SparseTensor from inside TensorFlow (infeed of the non-Dataset path)"
-)
-TENSORS_WITH_RAGGED = (
-    "input_fn returning tensors (not a Dataset) with a RaggedTensor feature: ValueError 'All shapes must be fully "
-    "defined' from TensorFlow's data_flow_ops (or the features-only crash) instead of the clear static-shape error"
-)
 BROADCAST_TENSORS = (
     "BROADCAST training or SLICED evaluation with input_fn returning features/labels tensors: TypeError '`input_fn` "
     "must return a `Dataset` for this mode.'; upstream's broadcast/sliced enqueue accepts tensors outside PREDICT"
@@ -155,10 +142,6 @@ def _training_failure(case: Dict[str, Any]) -> Optional[str]:
     if case["returns"] == "tensors":
         if case["input_config"] == "BROADCAST":
             return BROADCAST_TENSORS
-        if case["labels"] == "none":
-            return TENSORS_WITHOUT_LABELS
-        if case["id_format"] == "sparse":
-            return TENSORS_WITH_SPARSE
     return None
 
 
@@ -168,7 +151,7 @@ def known_failure(case: Dict[str, Any]) -> Optional[str]:
     if rule in ("embedding_needs_per_host", "per_host_v2_needs_dataset"):
         return None
     if rule == "ragged_features":
-        return TENSORS_WITH_RAGGED if case["returns"] == "tensors" else None
+        return None
     training = _training_failure(case)
     if rule is not None or training is not None:
         return training

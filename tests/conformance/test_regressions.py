@@ -1,7 +1,7 @@
 """Named regression tests: each failure (or surprise) the conformance generator found, as one plain test.
 
 Strict xfails are findings not fixed yet: they turn into failures (XPASS) the moment the bug is fixed, so the
-marker must then be removed. Bugs 1 and 2 of issue 14 are fixed (plain tests below).
+marker must then be removed. Fixed findings stay below as plain tests.
 """
 
 import numpy as np
@@ -55,17 +55,14 @@ def test_features_only_dataset_with_embedding_config_and_model_fn_without_labels
     cases.run_case(case, str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.TENSORS_WITHOUT_LABELS)
 def test_features_only_tensors_from_input_fn_train_without_embeddings(tmp_path):
     cases.run_case(case_of(returns="tensors", labels="none", embedding="none"), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.TENSORS_WITH_SPARSE)
 def test_sparse_feature_from_tensors_input_fn_trains(tmp_path):
     cases.run_case(case_of(returns="tensors", id_format="sparse", embedding="none"), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.TENSORS_WITH_RAGGED)
 def test_ragged_feature_from_tensors_input_fn_raises_the_static_shape_error(tmp_path):
     cases.run_case(case_of(returns="tensors", id_format="ragged", embedding="none"), str(tmp_path))
 

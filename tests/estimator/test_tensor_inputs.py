@@ -1,0 +1,59 @@
+"""`input_fn`s that return tensors (not a `Dataset`): features-only, SparseTensor features, every input mode that
+accepts them (issue 14's conformance findings). Each case trains to the NumPy oracle's variables
+(`tests/conformance/programs.py`), as the same program fed by a `Dataset` does."""
+
+import pytest
+
+from tests.conformance import cases
+
+BASE = dict(
+    mode="train",
+    input_config="PER_HOST_V1",
+    shards=2,
+    iterations_per_loop=1,
+    returns="tensors",
+    labels="tensor",
+    id_format="dense",
+    key_order="ids_first_sorted",
+    embedding="none",
+    partition="div",
+    combiner="mean",
+    optimizer="adagrad",
+    signature="features_labels_mode_params",
+)
+
+
+def case_of(**overrides):
+    case = dict(BASE, **overrides)
+    assert set(case) == set(cases.AXES)
+    assert cases.expected_error(case) is None and cases.known_failure(case) is None
+    return case
+
+
+@pytest.mark.parametrize("embedding", ["none", "dict", "columns"])
+@pytest.mark.parametrize("id_format", ["dense", "sparse"])
+def test_features_only_tensors_train_to_the_oracle(tmp_path, embedding, id_format):
+    # Labels inside the features (input_fn returns a features dict): no labels to queue.
+    case = case_of(labels="none", signature="features_mode_params", embedding=embedding, id_format=id_format)
+    cases.run_case(case, str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "input_config,embedding,iterations_per_loop",
+    [
+        ("PER_HOST_V1", "none", 3),
+        ("PER_HOST_V1", "dict_weighted", 1),
+        ("PER_HOST_V1", "sequence_columns", 3),
+        ("PER_SHARD_V1", "none", 1),
+    ],
+)
+def test_sparse_feature_tensors_train_to_the_oracle(tmp_path, input_config, embedding, iterations_per_loop):
+    case = case_of(
+        input_config=input_config, embedding=embedding, id_format="sparse", iterations_per_loop=iterations_per_loop
+    )
+    cases.run_case(case, str(tmp_path))
+
+
+def test_sparse_feature_tensors_with_labels_dict_evaluate_to_the_oracle(tmp_path):
+    case = case_of(mode="train_eval", id_format="sparse", labels="dict", embedding="dict")
+    cases.run_case(case, str(tmp_path))
