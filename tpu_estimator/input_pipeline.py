@@ -2,8 +2,8 @@
 
 Datasets are read in-graph: an initializable iterator is created once, outside the training loop, and its
 `get_next()` runs inside the loop body, so input errors surface from the same `Session.run`. `input_fn`s that
-return tensors (allowed for PER_HOST_V1 and PER_SHARD_V1, as upstream) are fed through a host queue by an
-infeed thread (`TensorInfeedHook`).
+return tensors (allowed outside PREDICT in every input mode but PER_HOST_V2, as upstream) are fed through a host
+queue by an infeed thread (`TensorInfeedHook`).
 """
 
 import threading
@@ -367,10 +367,8 @@ class InputPipeline(object):
         """
         ctx = self._ctx
         input_mode = ctx.input_mode
-        allow_tensors = ctx.mode != ModeKeys.PREDICT and input_mode in (
-            InputPipelineConfig.PER_HOST_V1,
-            InputPipelineConfig.PER_SHARD_V1,
-        )
+        # As upstream: tensors (not a Dataset) are fed in every input mode but PER_HOST_V2, outside PREDICT.
+        allow_tensors = ctx.mode != ModeKeys.PREDICT and input_mode != InputPipelineConfig.PER_HOST_V2
         sleep_secs = ctx.config.tpu_config.initial_infeed_sleep_secs
         sources = []
         for device, index, total, consumed in ctx.input_fn_invocations():

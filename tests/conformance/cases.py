@@ -120,10 +120,6 @@ SLICED_TRAINING = (
     "per_host_input_for_training=SLICED trains without an error (as PER_HOST_V1, like upstream); SLICED is an "
     "eval/predict configuration and training with it should raise a clear ValueError (tpu_config.py)"
 )
-BROADCAST_TENSORS = (
-    "BROADCAST training or SLICED evaluation with input_fn returning features/labels tensors: TypeError '`input_fn` "
-    "must return a `Dataset` for this mode.'; upstream's broadcast/sliced enqueue accepts tensors outside PREDICT"
-)
 WEIGHTED_COLUMN_DENSE_PREDICT = (
     "PREDICT with a weighted_categorical_column over dense ids and weights: InvalidArgumentError \"Feature 'a' "
     "(table 'tbl_a_weighted_by_a_w'): weights must have the same indices and dense_shape as the ids.\" on the "
@@ -137,26 +133,10 @@ SPARSE_PREDICT_ON_SHARDS = (
 )
 
 
-def _training_failure(case: Dict[str, Any]) -> Optional[str]:
-    """A known bug the training input/graph of the case hits first, or None."""
-    if case["returns"] == "tensors":
-        if case["input_config"] == "BROADCAST":
-            return BROADCAST_TENSORS
-    return None
-
-
 def known_failure(case: Dict[str, Any]) -> Optional[str]:
     """Why a case fails today (a finding, kept as strict xfail until fixed), or None."""
-    rule = unsupported_rule(case)
-    if rule in ("embedding_needs_per_host", "per_host_v2_needs_dataset"):
-        return None
-    if rule == "ragged_features":
-        return None
-    training = _training_failure(case)
-    if rule is not None or training is not None:
-        return training
-    if case["returns"] == "tensors" and case["input_config"] == "SLICED" and case["mode"] == "train_eval":
-        return BROADCAST_TENSORS  # training passes; the SLICED evaluation refuses the tensors
+    if unsupported_rule(case) is not None:
+        return None  # every unsupported combination raises its one clear error
     predicting = case["mode"] in ("predict", "export")
     if predicting and case["embedding"] == "weighted_columns" and case["id_format"] == "dense":
         return WEIGHTED_COLUMN_DENSE_PREDICT

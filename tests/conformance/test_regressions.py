@@ -67,12 +67,10 @@ def test_ragged_feature_from_tensors_input_fn_raises_the_static_shape_error(tmp_
     cases.run_case(case_of(returns="tensors", id_format="ragged", embedding="none"), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.BROADCAST_TENSORS)
 def test_broadcast_trains_from_tensors_input_fn(tmp_path):
     cases.run_case(case_of(returns="tensors", input_config="BROADCAST", embedding="none"), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.BROADCAST_TENSORS)
 def test_sliced_evaluation_from_tensors_input_fn(tmp_path):
     cases.run_case(
         case_of(mode="train_eval", returns="tensors", input_config="SLICED", embedding="none"), str(tmp_path)

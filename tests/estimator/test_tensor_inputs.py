@@ -57,3 +57,20 @@ def test_sparse_feature_tensors_train_to_the_oracle(tmp_path, input_config, embe
 def test_sparse_feature_tensors_with_labels_dict_evaluate_to_the_oracle(tmp_path):
     case = case_of(mode="train_eval", id_format="sparse", labels="dict", embedding="dict")
     cases.run_case(case, str(tmp_path))
+
+
+@pytest.mark.parametrize("id_format", ["dense", "sparse"])
+def test_broadcast_training_from_tensors_trains_to_the_oracle(tmp_path, id_format):
+    # Every replica gets the whole batch (upstream's broadcast enqueue accepts tensors outside PREDICT).
+    case = case_of(input_config="BROADCAST", id_format=id_format, iterations_per_loop=3)
+    cases.run_case(case, str(tmp_path))
+
+
+@pytest.mark.parametrize("id_format", ["dense", "sparse"])
+def test_sliced_evaluation_from_tensors_evaluates_to_the_oracle(tmp_path, id_format):
+    case = case_of(mode="train_eval", input_config="SLICED", id_format=id_format, shards=4)
+    cases.run_case(case, str(tmp_path))
+
+
+def test_broadcast_evaluation_from_tensors_evaluates_to_the_oracle(tmp_path):
+    cases.run_case(case_of(mode="train_eval", input_config="BROADCAST", shards=2), str(tmp_path))
