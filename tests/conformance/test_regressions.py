@@ -77,7 +77,6 @@ def test_sliced_evaluation_from_tensors_input_fn(tmp_path):
     )
 
 
-@pytest.mark.xfail(strict=True, reason=cases.WEIGHTED_COLUMN_DENSE_PREDICT)
 def test_predict_with_weighted_column_over_dense_ids_and_weights(tmp_path):
     cases.run_case(case_of(mode="predict", embedding="weighted_columns", shards=1), str(tmp_path))
 
