@@ -109,6 +109,7 @@ class _Source(object):
         self.initializer = None
         with tf.device(device):
             if _is_dataset(result):
+                _check_not_ragged(*split_features_and_labels(result.element_spec))
                 self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
                 self.initializer = self._iterator.initializer
                 self._queue = None
@@ -116,6 +117,7 @@ class _Source(object):
                 raise TypeError("`input_fn` must return a `Dataset` for this mode.")
             else:
                 features, labels = split_features_and_labels(result)
+                _check_not_ragged(features, labels)
                 self._structure = (features, labels)
                 # Composites (SparseTensor) travel as their component tensors; absent labels stay out of the queue.
                 # No queue shapes: unknown dense shapes get the static-shape error after the dequeue.
@@ -181,16 +183,40 @@ def _with_unknown_batch(value: Any, spec: tf.TypeSpec) -> Any:
     return tf.ensure_shape(value, [None] + spec.shape.as_list()[1:])
 
 
+def _leaves_with_paths(value: Any, path: str) -> List[Tuple[str, Any]]:
+    """`(key path, leaf)` of a nest of dicts, lists and tuples, e.g. `("features['a']", tensor)`."""
+    if isinstance(value, dict):
+        return [pair for key in sorted(value) for pair in _leaves_with_paths(value[key], "{}[{!r}]".format(path, key))]
+    if isinstance(value, (list, tuple)):
+        return [pair for i, item in enumerate(value) for pair in _leaves_with_paths(item, "{}[{}]".format(path, i))]
+    return [(path, value)]
+
+
+def _check_not_ragged(features: Any, labels: Any) -> None:
+    """Raises for RaggedTensors (or their specs): no TPUEstimator input path carries them (their row lengths vary).
+
+    Raises:
+      ValueError: naming the key path of the first ragged feature or label.
+    """
+    for what, value in (("features", features), ("labels", labels)):
+        for path, tensor in _leaves_with_paths(value, what):
+            if isinstance(tensor, (tf.RaggedTensor, tf.RaggedTensorSpec)):
+                raise ValueError(
+                    "The {} to the model returned by input_fn must have static shape. {} is a RaggedTensor; convert "
+                    "ragged features in input_fn, e.g. with `.to_sparse()` (a SparseTensor) or `.to_tensor()` "
+                    "(padded dense).".format(what, path)
+                )
+
+
 def _check_static_shapes(features: Any, labels: Any) -> None:
-    for name, value in (("features", features), ("labels", labels)):
-        if value is None:
-            continue
-        for tensor in tf.nest.flatten(value):
-            if isinstance(tensor, tf.SparseTensor):
+    _check_not_ragged(features, labels)
+    for what, value in (("features", features), ("labels", labels)):
+        for path, tensor in _leaves_with_paths(value, what):
+            if tensor is None or isinstance(tensor, tf.SparseTensor):
                 continue
             if not tensor.shape.is_fully_defined():
                 raise ValueError(
-                    "The {} to the model returned by input_fn must have static shape. Tensor: {}".format(name, tensor)
+                    "The {} to the model returned by input_fn must have static shape. {}: {}".format(what, path, tensor)
                 )
 
 

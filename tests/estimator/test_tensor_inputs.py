@@ -3,8 +3,9 @@ accepts them (issue 14's conformance findings). Each case trains to the NumPy or
 (`tests/conformance/programs.py`), as the same program fed by a `Dataset` does."""
 
 import pytest
+import tensorflow as tf
 
-from tests.conformance import cases
+from tests.conformance import cases, programs
 
 BASE = dict(
     mode="train",
@@ -74,3 +75,42 @@ def test_sliced_evaluation_from_tensors_evaluates_to_the_oracle(tmp_path, id_for
 
 def test_broadcast_evaluation_from_tensors_evaluates_to_the_oracle(tmp_path):
     cases.run_case(case_of(mode="train_eval", input_config="BROADCAST", shards=2), str(tmp_path))
+
+
+@pytest.mark.parametrize("mode,returns", [("train", "dataset"), ("train", "tensors"), ("predict", "dataset")])
+def test_ragged_feature_error_names_the_feature_and_the_conversion(tmp_path, returns, mode):
+    case = dict(BASE, returns=returns, id_format="ragged", embedding="dict", mode=mode)
+    estimator = programs.make_estimator(case, str(tmp_path))
+    message = r"must have static shape\. features\['a'\] is a RaggedTensor; .*`\.to_sparse\(\)`"
+    with pytest.raises(ValueError, match=message):
+        if mode == "train":
+            estimator.train(programs.make_input_fn(case, "train"), max_steps=1)
+        else:
+            list(estimator.predict(programs.make_input_fn(case, "predict")))
+
+
+def test_ragged_label_error_names_the_label(tmp_path):
+    case = dict(BASE, returns="tensors", labels="dict")
+    base_input_fn = programs.make_input_fn(case, "train")
+
+    def input_fn(params):
+        features, labels = base_input_fn(params)
+        return features, {"y": tf.RaggedTensor.from_tensor(tf.expand_dims(labels["y"], 1))}
+
+    estimator = programs.make_estimator(case, str(tmp_path))
+    with pytest.raises(ValueError, match=r"The labels .* static shape\. labels\['y'\] is a RaggedTensor"):
+        estimator.train(input_fn, max_steps=1)
+
+
+def test_unknown_dense_shape_error_names_the_feature(tmp_path):
+    case = dict(BASE)
+    base_input_fn = programs.make_input_fn(case, "train")
+
+    def input_fn(params):
+        features, labels = base_input_fn(params)
+        features["x"] = tf.compat.v1.placeholder_with_default(features["x"], [None, 2])
+        return features, labels
+
+    estimator = programs.make_estimator(case, str(tmp_path))
+    with pytest.raises(ValueError, match=r"The features .* static shape\. features\['x'\]: Tensor"):
+        estimator.train(input_fn, max_steps=1)
