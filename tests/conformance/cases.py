@@ -116,12 +116,6 @@ def expected_error(case: Dict[str, Any]) -> Optional[ErrorSpec]:
     return None if rule is None else _ERRORS[rule]
 
 
-SLICED_TRAINING = (
-    "per_host_input_for_training=SLICED trains without an error (as PER_HOST_V1, like upstream); SLICED is an "
-    "eval/predict configuration and training with it should raise a clear ValueError (tpu_config.py)"
-)
-
-
 def known_failure(case: Dict[str, Any]) -> Optional[str]:
     """Why a case fails today (a finding, kept as strict xfail until fixed), or None.
 

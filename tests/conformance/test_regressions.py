@@ -119,7 +119,6 @@ def test_embeddings_with_per_shard_v1_or_broadcast_are_refused(tmp_path, input_c
         programs.make_estimator(case_of(input_config=input_config), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.SLICED_TRAINING)
 def test_sliced_is_refused_as_training_input_configuration(tmp_path):
     case = case_of(embedding="none")
     config = te.TPUConfig(num_shards=2, per_host_input_for_training=te.InputPipelineConfig.SLICED)
