@@ -291,14 +291,14 @@ def make_model_fn(case: Dict[str, Any], columns: Optional[List[Any]] = None, spe
         b = tf.compat.v1.get_variable("b", [], initializer=tf.compat.v1.zeros_initializer())
         logit = tf.squeeze(tf.matmul(acts, tf.constant(weights.reshape(-1, 1))), 1)
         logit = logit + tf.reduce_sum(features[x_key(case)] * u, axis=1) + b
-        if mode == tf.estimator.ModeKeys.PREDICT:
+        if mode == te.estimator.ModeKeys.PREDICT:
             return spec_cls(mode, predictions={"logit": logit})
         if case["labels"] == "none":
             y = features["y"]
         else:
             y = labels["y"] if isinstance(labels, dict) else labels
         loss = tf.reduce_mean(tf.square(logit - y))
-        if mode == tf.estimator.ModeKeys.EVAL:
+        if mode == te.estimator.ModeKeys.EVAL:
             metric_fn = lambda logit: {"mean_logit": tf.compat.v1.metrics.mean(logit)}  # noqa: E731
             return spec_cls(mode, loss=loss, eval_metrics=(metric_fn, [logit]))
         optimizer = tf.compat.v1.train.GradientDescentOptimizer(DENSE_LR)
@@ -386,7 +386,7 @@ def serving_input_receiver_fn(case: Dict[str, Any]) -> Callable:
         }
         if case["embedding"] in WEIGHTED_KINDS:
             features["a_w"] = shaped(receivers["a_w"], receivers["a_len"])
-        return tf.estimator.export.ServingInputReceiver(features, receivers)
+        return te.estimator.export.ServingInputReceiver(features, receivers)
 
     return receiver_fn
 
