@@ -1,7 +1,7 @@
 """NumPy reference of TPU embedding training for the conformance suite, written from the formulas.
 
-Independent of `embedding/` and `tpu_estimator/`: the update rules are the TPU optimizer formulas (SEMANTICS.md
-section 9 of the project notes, and TensorFlow's `ResourceSparseApply*` kernels for Momentum, RMSProp and
+Independent of `embedding/` and `tpu_estimator/`: the update rules are the TPU optimizer formulas (docs/SEMANTICS.md
+section 9, and TensorFlow's `ResourceSparseApply*` kernels for Momentum, RMSProp and
 ProximalAdagrad); the lookups are the combiner formulas. State is float64.
 
 A table is a dict `{"params": [V, D], slot: [V, D], ...}`. One training step of a table:
