@@ -31,10 +31,10 @@ def model_fn(features, labels, mode, params):
     init = tf.compat.v1.glorot_uniform_initializer(seed=1)  # The same initial weights in every process.
     hidden = tf.compat.v1.layers.dense(features, 3, activation=tf.nn.tanh, kernel_initializer=init, name="hidden")
     out = tf.compat.v1.layers.dense(hidden, 1, kernel_initializer=init, name="out")
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == te.estimator.ModeKeys.PREDICT:
         return te.TPUEstimatorSpec(mode, predictions={"y": out})
     loss = tf.reduce_mean(tf.square(out - labels))
-    if mode == tf.estimator.ModeKeys.EVAL:
+    if mode == te.estimator.ModeKeys.EVAL:
         return te.TPUEstimatorSpec(mode, loss=loss)
     optimizer = te.CrossShardOptimizer(tf.compat.v1.train.MomentumOptimizer(0.05, 0.9))
     return te.TPUEstimatorSpec(mode, loss=loss, train_op=optimizer.minimize(loss, tf.compat.v1.train.get_global_step()))

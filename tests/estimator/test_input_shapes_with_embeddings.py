@@ -44,10 +44,10 @@ def _logit(features):
 
 
 def _spec_for(mode, logit, labels):
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == te.estimator.ModeKeys.PREDICT:
         return te.TPUEstimatorSpec(mode, predictions={"logit": logit})
     loss = tf.reduce_mean(tf.square(logit - labels))
-    if mode == tf.estimator.ModeKeys.EVAL:
+    if mode == te.estimator.ModeKeys.EVAL:
         metric_fn = lambda logit, labels: {"mse": tf.compat.v1.metrics.mean_squared_error(labels, logit)}
         return te.TPUEstimatorSpec(mode, loss=loss, eval_metrics=(metric_fn, [logit, labels]))
     opt = te.CrossShardOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))

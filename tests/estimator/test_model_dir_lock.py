@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from tests.estimator import guarded_trainer
+from tpu_estimator import estimator as te_estimator
 from tpu_estimator import model_dir_lock
 from tpu_estimator.model_dir_lock import LOCK_FILE_NAME, ModelDirLock, ModelDirLockedError
 
@@ -204,7 +205,7 @@ def test_heartbeat_refreshes_the_lock_file(tmp_path):
 
 def serving_input_receiver_fn():
     feature = tf.compat.v1.placeholder(tf.float32, [None, 4])
-    return tf.estimator.export.TensorServingInputReceiver(feature, feature)
+    return te_estimator.export.TensorServingInputReceiver(feature, feature)
 
 
 def test_readers_need_no_lock(tmp_path):
