@@ -10,9 +10,12 @@ import tensorflow as tf
 
 from tpu_estimator.tpu_config import IterationsPerLoopCounter
 
-# The graph collection that holds the loop-length tensor of a training graph (`LoopStopHook` is created before the
-# graph is built, so it finds the tensor there).
-ITERATIONS_PER_LOOP_COLLECTION = "tpu_estimator_iterations_per_loop"
+# The graph collection that holds the name of the loop-length tensor of a training graph (`LoopStopHook` is created
+# before the graph is built, so it finds the tensor there). Not upstream's "tpu_estimator_iterations_per_loop": once
+# upstream's tpu_estimator module is imported, that key is registered as a collection of variables, and every
+# checkpoint's meta graph logs "Issue encountered when serializing" for anything else in it. A name (bytes) is
+# serialized as is.
+ITERATIONS_PER_LOOP_COLLECTION = "tpu_estimator_training_loop_length_tensor_name"
 
 
 def iterations_per_loop_tensor(default: int) -> tf.Tensor:
@@ -25,7 +28,7 @@ def iterations_per_loop_tensor(default: int) -> tf.Tensor:
       A scalar int32 `placeholder_with_default`.
     """
     iterations = tf.compat.v1.placeholder_with_default(tf.constant(default, tf.int32), [], name="iterations_per_loop")
-    tf.compat.v1.add_to_collection(ITERATIONS_PER_LOOP_COLLECTION, iterations)
+    tf.compat.v1.add_to_collection(ITERATIONS_PER_LOOP_COLLECTION, iterations.name)
     return iterations
 
 
@@ -73,7 +76,7 @@ class LoopStopHook(tf.compat.v1.train.SessionRunHook):
                     len(found), ITERATIONS_PER_LOOP_COLLECTION
                 )
             )
-        self._iterations = found[0]
+        self._iterations = tf.compat.v1.get_default_graph().get_tensor_by_name(found[0])
 
     def after_create_session(self, session, coord):
         self._current_step = int(session.run(self._global_step_tensor))

@@ -2,8 +2,8 @@
 
 Datasets are read in-graph: an initializable iterator is created once, outside the training loop, and its
 `get_next()` runs inside the loop body, so input errors surface from the same `Session.run`. `input_fn`s that
-return tensors (allowed for PER_HOST_V1 and PER_SHARD_V1, as upstream) are fed through a host queue by an
-infeed thread (`TensorInfeedHook`).
+return tensors (allowed outside PREDICT in every input mode but PER_HOST_V2, as upstream) are fed through a host
+queue by an infeed thread (`TensorInfeedHook`).
 """
 
 import threading
@@ -109,6 +109,7 @@ class _Source(object):
         self.initializer = None
         with tf.device(device):
             if _is_dataset(result):
+                _check_not_ragged(*split_features_and_labels(result.element_spec))
                 self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
                 self.initializer = self._iterator.initializer
                 self._queue = None
@@ -116,36 +117,53 @@ class _Source(object):
                 raise TypeError("`input_fn` must return a `Dataset` for this mode.")
             else:
                 features, labels = split_features_and_labels(result)
-                flat = tf.nest.flatten((features, labels))
+                _check_not_ragged(features, labels)
                 self._structure = (features, labels)
-                self._queue = tf.queue.FIFOQueue(
-                    capacity=2, dtypes=[t.dtype for t in flat], shapes=[t.shape for t in flat]
-                )
+                # Composites (SparseTensor) travel as their component tensors; absent labels stay out of the queue.
+                # No queue shapes: unknown dense shapes get the static-shape error after the dequeue.
+                flat = [t for t in tf.nest.flatten(self._structure, expand_composites=True) if t is not None]
+                if not flat:
+                    raise ValueError("input_fn returned no tensors.")
+                self._queue = tf.queue.FIFOQueue(capacity=2, dtypes=[t.dtype for t in flat])
                 self.hook = TensorInfeedHook(
                     self._queue.enqueue(flat), self._queue.close(cancel_pending_enqueues=True), sleep_secs
                 )
                 self._iterator = None
         self._device = device
 
-    def get_next_or_empty(self) -> Tuple[Tuple[Any, Any], tf.Tensor, Callable[[], tf.Tensor]]:
-        """The next element, or an empty (0-row) one at the end; with `has_value` and an end-of-input raiser."""
+    def get_next_or_empty(self, fallback: Any = None) -> Tuple[Any, tf.Tensor, Callable[[], tf.Tensor]]:
+        """The next element or, at the end, `fallback` (an element read before) or else an empty (0-row) one.
+
+        Returns:
+          `(element, has_value, raise_end)`: the element as the dataset yields it, whether it is a new one, and a
+          function building an op that raises OutOfRange (reads the exhausted iterator).
+        """
         with tf.device(self._device):
             optional = self._iterator.get_next_as_optional()
             spec = self._iterator.element_spec
-            empty = tf.nest.map_structure(_empty_batch, spec)
-            element = tf.cond(optional.has_value(), optional.get_value, lambda: empty)
+            otherwise = (
+                (lambda: fallback) if fallback is not None else (lambda: tf.nest.map_structure(_empty_batch, spec))
+            )
+            element = tf.cond(optional.has_value(), optional.get_value, otherwise)
             element = tf.nest.map_structure(_with_unknown_batch, element, spec)
             raise_end = lambda: tf.size(tf.nest.flatten(self._iterator.get_next(), expand_composites=True)[0]) < 0
-            return split_features_and_labels(element), optional.has_value(), raise_end
+            return element, optional.has_value(), raise_end
 
     def get_next(self) -> Tuple[Any, Any]:
         with tf.device(self._device):
             if self._iterator is not None:
                 return split_features_and_labels(self._iterator.get_next())
-            flat = self._queue.dequeue()
-            if not isinstance(flat, (list, tuple)):
-                flat = [flat]
-            return tf.nest.pack_sequence_as(self._structure, list(flat))
+            values = self._queue.dequeue()
+            values = iter(values if isinstance(values, (list, tuple)) else [values])
+            leaves = []
+            for original in tf.nest.flatten(self._structure, expand_composites=True):
+                if original is None:
+                    leaves.append(None)
+                    continue
+                value = next(values)
+                value.set_shape(original.shape)
+                leaves.append(value)
+            return tf.nest.pack_sequence_as(self._structure, leaves, expand_composites=True)
 
 
 def _empty_batch(spec: tf.TypeSpec) -> Any:
@@ -165,16 +183,40 @@ def _with_unknown_batch(value: Any, spec: tf.TypeSpec) -> Any:
     return tf.ensure_shape(value, [None] + spec.shape.as_list()[1:])
 
 
+def _leaves_with_paths(value: Any, path: str) -> List[Tuple[str, Any]]:
+    """`(key path, leaf)` of a nest of dicts, lists and tuples, e.g. `("features['a']", tensor)`."""
+    if isinstance(value, dict):
+        return [pair for key in sorted(value) for pair in _leaves_with_paths(value[key], "{}[{!r}]".format(path, key))]
+    if isinstance(value, (list, tuple)):
+        return [pair for i, item in enumerate(value) for pair in _leaves_with_paths(item, "{}[{}]".format(path, i))]
+    return [(path, value)]
+
+
+def _check_not_ragged(features: Any, labels: Any) -> None:
+    """Raises for RaggedTensors (or their specs): no TPUEstimator input path carries them (their row lengths vary).
+
+    Raises:
+      ValueError: naming the key path of the first ragged feature or label.
+    """
+    for what, value in (("features", features), ("labels", labels)):
+        for path, tensor in _leaves_with_paths(value, what):
+            if isinstance(tensor, (tf.RaggedTensor, tf.RaggedTensorSpec)):
+                raise ValueError(
+                    "The {} to the model returned by input_fn must have static shape. {} is a RaggedTensor; convert "
+                    "ragged features in input_fn, e.g. with `.to_sparse()` (a SparseTensor) or `.to_tensor()` "
+                    "(padded dense).".format(what, path)
+                )
+
+
 def _check_static_shapes(features: Any, labels: Any) -> None:
-    for name, value in (("features", features), ("labels", labels)):
-        if value is None:
-            continue
-        for tensor in tf.nest.flatten(value):
-            if isinstance(tensor, tf.SparseTensor):
+    _check_not_ragged(features, labels)
+    for what, value in (("features", features), ("labels", labels)):
+        for path, tensor in _leaves_with_paths(value, what):
+            if tensor is None or isinstance(tensor, tf.SparseTensor):
                 continue
             if not tensor.shape.is_fully_defined():
                 raise ValueError(
-                    "The {} to the model returned by input_fn must have static shape. Tensor: {}".format(name, tensor)
+                    "The {} to the model returned by input_fn must have static shape. {}: {}".format(what, path, tensor)
                 )
 
 
@@ -216,32 +258,36 @@ class _PerHostV2Reader(object):
         ctx = self._ctx
         predict = ctx.mode == ModeKeys.PREDICT
         chained = not ctx.config.tpu_config.experimental_allow_per_host_v2_parallel_get_next
-        per_replica, masks, has_values = [], [], []
+        per_replica, elements, has_values = [], [], []
         previous = None
         for _ in range(ctx.num_replicas):
             with tf.control_dependencies([previous] if chained and previous is not None else []):
                 if predict:
-                    (features, labels), has_value, raise_end = self._source.get_next_or_empty()
+                    # A replica past the end of the input gets a copy of replica 0's batch, all padding.
+                    element, has_value, raise_end = self._source.get_next_or_empty(elements[0] if elements else None)
+                    elements.append(element)
                     has_values.append(has_value)
+                    features, labels = split_features_and_labels(element)
                 else:
                     features, labels = self._source.get_next()
             # Composites are expanded: a SparseTensor cannot be a control input, its component tensors can.
             previous = tf.nest.flatten((features, labels), expand_composites=True)[0]
-            if predict:
-                (features, labels), mask = _pad(
-                    (features, labels), ctx.global_batch_size // ctx.num_replicas, ctx.host_device
-                )
-                masks.append(mask)
             per_replica.append((features, labels))
         if not predict:
             return StepInput(per_replica)
         with tf.device(ctx.host_device):
             any_value = tf.reduce_any(tf.stack(has_values))
-            # At the end of the input (no replica got data) this reads the exhausted iterator: OutOfRange.
+            # At the end of the input (no replica got data) this reads the exhausted iterator: OutOfRange, raised
+            # before the padded inputs (and so the model) are computed.
             guard = tf.cond(any_value, lambda: tf.constant(True), raise_end)
+        padded, masks = [], []
         with tf.control_dependencies([guard]):
-            masks = [tf.identity(m) for m in masks]
-        return StepInput(per_replica, masks)
+            for structure, has_value in zip(per_replica, has_values):
+                structure, mask = _pad(structure, ctx.global_batch_size // ctx.num_replicas, ctx.host_device)
+                padded.append(structure)
+                with tf.device(ctx.host_device):
+                    masks.append(tf.logical_and(mask, has_value))
+        return StepInput(padded, masks)
 
 
 class _PerShardReader(object):
@@ -297,7 +343,12 @@ class _HostBatchReader(object):
 
 
 def _pad(structure: Any, size: int, host_device: str) -> Tuple[Any, tf.Tensor]:
-    """Pads every tensor of a (possibly partial) PREDICT batch to `size` rows; returns the real-row mask."""
+    """Pads every tensor of a (possibly partial) PREDICT batch to `size` rows; returns the real-row mask.
+
+    Padded rows repeat the batch's last real row (zeros for an empty batch), so whatever `model_fn` or a feature
+    column does with the real rows also works on the padding (e.g. weights that must be non-zero where ids are
+    present, sparse lookups whose row count is the last non-empty row); their predictions are dropped.
+    """
     flat = tf.nest.flatten(structure)
     if not flat:
         raise ValueError("input_fn returned no tensors.")
@@ -311,23 +362,33 @@ def _pad(structure: Any, size: int, host_device: str) -> Tuple[Any, tf.Tensor]:
         check = tf.debugging.assert_less_equal(
             rows, size, message="PREDICT input_fn returned a batch larger than predict_batch_size"
         )
-        padded = []
         with tf.control_dependencies([check]):
-            for tensor in flat:
-                if tensor is None:
-                    padded.append(None)
-                    continue
-                if isinstance(tensor, tf.SparseTensor):
-                    # Padded rows of a sparse batch are empty rows: only the batch size of the dense shape grows.
-                    dense_shape = tf.concat([tf.cast([size], tf.int64), tensor.dense_shape[1:]], axis=0)
-                    padded.append(tf.SparseTensor(tensor.indices, tensor.values, dense_shape))
-                    continue
-                paddings = [[0, size - rows]] + [[0, 0]] * (tensor.shape.rank - 1)
-                out = tf.pad(tensor, paddings)
-                out.set_shape([size] + tensor.shape.as_list()[1:])
-                padded.append(out)
+            padded = [None if tensor is None else _pad_rows(tensor, rows, size) for tensor in flat]
         mask = tf.range(size) < rows
     return tf.nest.pack_sequence_as(structure, padded), mask
+
+
+def _pad_rows(tensor: Any, rows: tf.Tensor, size: int) -> Any:
+    """`tensor` (dense or sparse, `rows` rows) grown to `size` rows, each new row a copy of row `rows - 1`."""
+    if isinstance(tensor, tf.SparseTensor):
+        indices = tensor.indices
+        last = tf.equal(indices[:, 0], tf.cast(rows - 1, tf.int64))
+        last_indices, last_values = tf.boolean_mask(indices, last), tf.boolean_mask(tensor.values, last)
+        copies = size - rows
+        new_rows = tf.repeat(tf.range(tf.cast(rows, tf.int64), size, dtype=tf.int64), tf.shape(last_values)[0])
+        new_indices = tf.concat([tf.expand_dims(new_rows, 1), tf.tile(last_indices[:, 1:], [copies, 1])], axis=1)
+        dense_shape = tf.concat([tf.cast([size], tf.int64), tensor.dense_shape[1:]], axis=0)
+        return tf.SparseTensor(
+            tf.concat([indices, new_indices], axis=0),
+            tf.concat([tensor.values, tf.tile(last_values, [copies])], axis=0),
+            dense_shape,
+        )
+    # One zero row appended: the source of the copies when the batch is empty.
+    extended = tf.pad(tensor, [[0, 1]] + [[0, 0]] * (tensor.shape.rank - 1))
+    source_row = tf.where(rows > 0, rows - 1, rows)
+    out = tf.gather(extended, tf.concat([tf.range(rows), tf.fill([size - rows], source_row)], axis=0))
+    out.set_shape([size] + tensor.shape.as_list()[1:])
+    return out
 
 
 class InputPipeline(object):
@@ -358,10 +419,8 @@ class InputPipeline(object):
         """
         ctx = self._ctx
         input_mode = ctx.input_mode
-        allow_tensors = ctx.mode != ModeKeys.PREDICT and input_mode in (
-            InputPipelineConfig.PER_HOST_V1,
-            InputPipelineConfig.PER_SHARD_V1,
-        )
+        # As upstream: tensors (not a Dataset) are fed in every input mode but PER_HOST_V2, outside PREDICT.
+        allow_tensors = ctx.mode != ModeKeys.PREDICT and input_mode != InputPipelineConfig.PER_HOST_V2
         sleep_secs = ctx.config.tpu_config.initial_infeed_sleep_secs
         sources = []
         for device, index, total, consumed in ctx.input_fn_invocations():

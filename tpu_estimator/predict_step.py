@@ -20,7 +20,7 @@ def build_predict(
     """Calls `input_fn` and builds one prediction step over every replica; returns its `EstimatorSpec`.
 
     Raises:
-      ValueError: no predictions, or predictions without a static batch dimension.
+      ValueError: no predictions, or predictions without a batch dimension.
     """
     pipeline, input_hooks = sharded_step.build_input_pipeline(settings, ctx, call_input_fn)
     bridge = sharded_step.embedding_bridge(settings, ctx)
@@ -35,9 +35,7 @@ def build_predict(
         mask = tf.concat(masks, axis=0) if len(masks) > 1 else masks[0]
 
         def gather(*per_replica_predictions):
-            for tensor in per_replica_predictions:
-                if tensor.shape.rank == 0 or tensor.shape[0] is None:
-                    raise ValueError("Predictions must have a static batch dimension on shards; got {}.".format(tensor))
+            per_replica_predictions = [_with_batch(t, m.shape[0]) for t, m in zip(per_replica_predictions, masks)]
             joined = (
                 tf.concat(per_replica_predictions, axis=0)
                 if len(per_replica_predictions) > 1
@@ -52,3 +50,20 @@ def build_predict(
         prediction_hooks=list(input_hooks) + list(spec.prediction_hooks),
         scaffold=call_scaffold_fn(spec.scaffold_fn),
     )
+
+
+def _with_batch(tensor: tf.Tensor, batch_size: int) -> tf.Tensor:
+    """A replica's prediction with its static batch dimension: the replica's padded batch size.
+
+    A dynamic batch (e.g. the output of a sparse lookup) is checked when the step runs.
+
+    Raises:
+      ValueError: the prediction has no batch dimension (a scalar or unknown rank).
+    """
+    if tensor.shape.rank is None or tensor.shape.rank == 0:
+        raise ValueError(
+            "Predictions on shards must have a batch dimension (one row per input row); got {}.".format(tensor)
+        )
+    if tensor.shape[0] is None:
+        return tf.ensure_shape(tensor, [batch_size] + tensor.shape.as_list()[1:])
+    return tensor

@@ -161,6 +161,24 @@ class TPUConfig(
         )
 
 
+def check_training_input_configuration(tpu_config: "TPUConfig") -> None:
+    """Raises when `per_host_input_for_training` is SLICED, which only applies to evaluation and prediction.
+
+    Upstream trains such a configuration as PER_HOST_V1 without a word; here `train()` refuses it (evaluation and
+    prediction with it keep working, as SLICED).
+
+    Raises:
+      ValueError: `tpu_config.per_host_input_for_training` is `InputPipelineConfig.SLICED`.
+    """
+    if tpu_config.per_host_input_for_training == InputPipelineConfig.SLICED:
+        raise ValueError(
+            "TPUConfig per_host_input_for_training=InputPipelineConfig.SLICED ({}) cannot be used for training: "
+            "SLICED is an evaluation/prediction input configuration. Train with PER_HOST_V1, PER_HOST_V2, "
+            "PER_SHARD_V1 or BROADCAST, and set eval_training_input_configuration=InputPipelineConfig.SLICED to "
+            "evaluate with it.".format(InputPipelineConfig.SLICED)
+        )
+
+
 def _tpu_job_name_from_tf_config() -> Optional[str]:
     tf_config = json.loads(os.environ.get("TF_CONFIG", "{}"))
     return tf_config.get("service", {}).get("tpu_worker_job_name")

@@ -8,7 +8,13 @@ import tensorflow as tf
 from tpu_estimator import _estimator_lib, cpu_path, eval_step, predict_step, sharded_step, train_guard
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator.context import ShardingContext
-from tpu_estimator.tpu_config import InputPipelineConfig, RunConfig, check_positive_integer, parse_iterations_per_loop
+from tpu_estimator.tpu_config import (
+    InputPipelineConfig,
+    RunConfig,
+    check_positive_integer,
+    check_training_input_configuration,
+    parse_iterations_per_loop,
+)
 from tpu_estimator.train_loop import TrainLoop, TrainLoopSettings
 
 ModeKeys = _estimator_lib.ModeKeys
@@ -161,7 +167,9 @@ class TPUEstimator(_estimator_lib.Estimator):
         Raises:
           tpu_estimator.model_dir_lock.ModelDirLockedError: another process trains into `model_dir`.
           tpu_estimator.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
+          ValueError: `per_host_input_for_training` is SLICED (an evaluation/prediction configuration).
         """
+        check_training_input_configuration(self.config.tpu_config)
         with train_guard.guard_training(self, steps, max_steps, saving_listeners) as guarded:
             if guarded.already_done:
                 return self

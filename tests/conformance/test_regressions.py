@@ -1,7 +1,7 @@
 """Named regression tests: each failure (or surprise) the conformance generator found, as one plain test.
 
 Strict xfails are findings not fixed yet: they turn into failures (XPASS) the moment the bug is fixed, so the
-marker must then be removed. Bugs 1 and 2 of issue 14 are fixed (plain tests below).
+marker must then be removed. Fixed findings stay below as plain tests.
 """
 
 import numpy as np
@@ -55,34 +55,28 @@ def test_features_only_dataset_with_embedding_config_and_model_fn_without_labels
     cases.run_case(case, str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.TENSORS_WITHOUT_LABELS)
 def test_features_only_tensors_from_input_fn_train_without_embeddings(tmp_path):
     cases.run_case(case_of(returns="tensors", labels="none", embedding="none"), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.TENSORS_WITH_SPARSE)
 def test_sparse_feature_from_tensors_input_fn_trains(tmp_path):
     cases.run_case(case_of(returns="tensors", id_format="sparse", embedding="none"), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.TENSORS_WITH_RAGGED)
 def test_ragged_feature_from_tensors_input_fn_raises_the_static_shape_error(tmp_path):
     cases.run_case(case_of(returns="tensors", id_format="ragged", embedding="none"), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.BROADCAST_TENSORS)
 def test_broadcast_trains_from_tensors_input_fn(tmp_path):
     cases.run_case(case_of(returns="tensors", input_config="BROADCAST", embedding="none"), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.BROADCAST_TENSORS)
 def test_sliced_evaluation_from_tensors_input_fn(tmp_path):
     cases.run_case(
         case_of(mode="train_eval", returns="tensors", input_config="SLICED", embedding="none"), str(tmp_path)
     )
 
 
-@pytest.mark.xfail(strict=True, reason=cases.WEIGHTED_COLUMN_DENSE_PREDICT)
 def test_predict_with_weighted_column_over_dense_ids_and_weights(tmp_path):
     cases.run_case(case_of(mode="predict", embedding="weighted_columns", shards=1), str(tmp_path))
 
@@ -125,7 +119,6 @@ def test_embeddings_with_per_shard_v1_or_broadcast_are_refused(tmp_path, input_c
         programs.make_estimator(case_of(input_config=input_config), str(tmp_path))
 
 
-@pytest.mark.xfail(strict=True, reason=cases.SLICED_TRAINING)
 def test_sliced_is_refused_as_training_input_configuration(tmp_path):
     case = case_of(embedding="none")
     config = te.TPUConfig(num_shards=2, per_host_input_for_training=te.InputPipelineConfig.SLICED)
