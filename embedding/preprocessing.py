@@ -463,9 +463,12 @@ def _structure_asserts(value: Any, weight: Any, ctx: str) -> List[Any]:
 
 
 def _feature_to_coo(
-    value: Any, weight: Any, feature: Any, key: str, table_name: str, vocab: int, validate: bool
-) -> _Coo:
-    """Converts one feature to COO entries, with its run-time validation attached."""
+    value: Any, weight: Any, feature: Any, key: str, table_name: str, validate: bool
+) -> Tuple[_Coo, List[Any]]:
+    """Converts one feature to COO entries; returns them with the run-time checks of its weights (if any).
+
+    The ids' range is checked for all features at once (`_ids_in_range_check`).
+    """
     ctx = f"Feature {key!r} (table {table_name!r})"
     value = _to_input(value)
     if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
@@ -498,10 +501,8 @@ def _feature_to_coo(
         coo = _dense_coo(value, out_shape, seq_len, ctx)
     coo = coo._replace(max_entries=_max_entries(value))
 
-    if not (validate and getattr(feature, "validate_weights_and_indices", True)):
-        return coo
     checks = []
-    if weight is not None:
+    if weight is not None and validate and getattr(feature, "validate_weights_and_indices", True):
         checks.extend(_structure_asserts(value, weight, ctx))
         checks.append(
             tf.debugging.Assert(
@@ -509,17 +510,44 @@ def _feature_to_coo(
                 [f"{ctx}: weights must be non-negative; smallest weight:", tf.reduce_min(coo.weights)],
             )
         )
-    checks.append(
-        tf.debugging.Assert(
-            tf.reduce_all(tf.logical_and(coo.ids >= 0, coo.ids < vocab)),
-            [
-                f"{ctx}: ids must be in [0, {vocab}) (vocabulary_size); smallest and largest id:",
-                tf.reduce_min(coo.ids),
-                tf.reduce_max(coo.ids),
-            ],
-        )
+    return coo, [c for c in checks if c is not None]  # Eager asserts return None (and raise immediately).
+
+
+def _ids_in_range_check(checked: List[Tuple[str, int, tf.Tensor]]) -> Any:
+    """ONE assert that every feature's ids are in `[0, vocabulary_size)`, naming the first feature that is not.
+
+    Per feature only its smallest and largest id are computed; the comparison, the choice of the message and the
+    assert are shared, so the graph grows by a few ops per feature (an assert per feature added some thirty).
+    The message is the feature's own: "Feature 'a' (table 't'): ids must be in [0, V) (vocabulary_size);
+    smallest and largest id:" followed by the two ids.
+
+    Args:
+      checked: per feature, `(its context "Feature 'a' (table 't')", vocabulary size, its ids)`.
+
+    Returns:
+      The assert op (None eagerly: a failing assert raised already).
+    """
+    # The extremes of int32 ids cast to int64 after the reduction; those of no ids (INT_MAX, INT_MIN) pass.
+    lowest = tf.stack([tf.cast(tf.reduce_min(ids), tf.int64) for _, _, ids in checked])
+    highest = tf.stack([tf.cast(tf.reduce_max(ids), tf.int64) for _, _, ids in checked])
+    bad = tf.logical_or(lowest < 0, highest >= tf.constant([vocab for _, vocab, _ in checked], tf.int64))
+    first = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    messages = [
+        f"{ctx}: ids must be in [0, {vocab}) (vocabulary_size); smallest and largest id:" for ctx, vocab, _ in checked
+    ]
+    # String data only: the assert needs no guarding conditional (which int64 data would add).
+    return tf.debugging.Assert(
+        tf.logical_not(tf.reduce_any(bad)),
+        [
+            tf.gather(tf.constant(messages), first),
+            tf.strings.as_string(tf.gather(lowest, first)),
+            tf.strings.as_string(tf.gather(highest, first)),
+        ],
     )
-    checks = [c for c in checks if c is not None]  # Eager asserts return None (and raise immediately).
+
+
+def _checked(coo: _Coo, checks: List[Any]) -> _Coo:
+    """`coo` whose ids and weights are read after `checks` passed."""
     if not checks:
         return coo
     with tf.control_dependencies(checks):
@@ -712,6 +740,8 @@ def preprocess_features(
     if weights is not None:
         _check_no_extra_keys(feature_config, weights, "weights")
     per_table: Dict[str, List[Tuple[str, _Coo]]] = collections.OrderedDict((n, []) for n in tables)
+    converted: List[Tuple[str, str, _Coo, List[Any], bool]] = []
+    in_range: List[Tuple[str, int, tf.Tensor]] = []
     with tf.name_scope(name or "embedding_preprocess"):
         for path, feature in flat:
             table = feature.table
@@ -727,8 +757,15 @@ def preprocess_features(
             if weights is not None:
                 weight = _lookup_path(weights, path, "weights", key, table_name) if path else weights
             with tf.name_scope(config_lib.scope_name(key)):
-                coo = _feature_to_coo(value, weight, feature, key, table_name, int(table.vocabulary_size), validate)
-            per_table[table_name].append((key, coo))
+                coo, checks = _feature_to_coo(value, weight, feature, key, table_name, validate)
+            checked = validate and getattr(feature, "validate_weights_and_indices", True)
+            converted.append((table_name, key, coo, checks, checked))
+            if checked:
+                in_range.append((f"Feature {key!r} (table {table_name!r})", int(table.vocabulary_size), coo.ids))
+        range_check = [_ids_in_range_check(in_range)] if in_range else []
+        range_check = [c for c in range_check if c is not None]  # None eagerly: it passed.
+        for table_name, key, coo, checks, checked in converted:
+            per_table[table_name].append((key, _checked(coo, checks + (range_check if checked else []))))
         deduplicated = _sorted_unique(
             [_all_ids(entries) for entries in per_table.values()],
             [_ids_bound(entries) for entries in per_table.values()],
