@@ -75,15 +75,25 @@ def check_all_finite(
         for vs, msg in groups
     ]
     zero = unfoldable_zero() if zero is None else zero
-    sums = [tf.reduce_sum(v * zero) for values, _ in groups for v in values]
+    axes: Dict[int, tf.Tensor] = {}  # One constant per rank for all the reductions.
+
+    def all_axes(value: tf.Tensor) -> Optional[tf.Tensor]:
+        rank = value.shape.rank
+        if rank is None:
+            return None
+        if rank not in axes:
+            axes[rank] = tf.constant(list(range(rank)), tf.int32)
+        return axes[rank]
+
+    sums = [tf.reduce_sum(v * zero, axis=all_axes(v)) for values, _ in groups for v in values]
     total = sums[0] if len(sums) == 1 else tf.add_n(sums)
 
     def report_non_finite():
-        flat_shape = tf.constant([-1])
+        flat_shape, concat_axis = tf.constant([-1]), tf.constant(0)
         checked = []
         for values, message in groups:
             flat = [tf.reshape(v, flat_shape) for v in values]
-            flat = flat[0] if len(flat) == 1 else tf.concat(flat, 0)
+            flat = flat[0] if len(flat) == 1 else tf.concat(flat, concat_axis)
             # check_numerics names what it finds: "NaN", "Inf" or "Inf and NaN"; one after the other, so the first
             # non-finite group is the one reported.
             with tf.control_dependencies(checked[-1:]):
@@ -373,10 +383,10 @@ class EmbeddingEngine(tf.Module):
                     if id(opt) not in learning_rates:
                         learning_rates[id(opt)] = opt.learning_rate_tensor()
                     lr = learning_rates[id(opt)]
-                ops.append(table.apply_gradients(unique_ids[name], grads[name], lr, sorted_ids=sorted_ids))
+                ops.extend(table.apply_gradient_ops(unique_ids[name], grads[name], lr, sorted_ids=sorted_ids))
         if tf.executing_eagerly():
             return None
-        return tf.group(*[op for op in ops if op is not None])
+        return tf.group(*ops)
 
     # ------------------------------------------------------------------------------------------- helpers
     def _require_optimizers(self) -> None:
