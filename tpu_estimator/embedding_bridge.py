@@ -214,6 +214,8 @@ class EmbeddingBridge(object):
                     lengths[feature.key] = (
                         tf.split(all_lengths, self._num_replicas) if self._num_replicas > 1 else [all_lengths]
                     )
+        # The engine's own scope ("embedding_preprocess") beside ours, not in it: shorter names of many ops.
+        with tf.device(self._host_device):
             batches = self.engine.preprocess(global_ids, global_weights)
         for replica, (features, labels) in enumerate(per_replica):
             features = {k: v for k, v in features.items() if k not in self._resolved.raw_keys}
@@ -297,10 +299,11 @@ class EmbeddingBridge(object):
 
     def apply_gradients(self, batches) -> tf.Operation:
         """The engine update of this step from the tapped activation gradients of every replica."""
-        with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
-            return self.engine.apply_gradients(
-                batches, self._activation_gradients(), gradient_multiplier=self._gradient_multiplier()
-            )
+        with tf.device(self._host_device):
+            with tf.name_scope("tpu_embedding_gradients"):
+                grads, multiplier = self._activation_gradients(), self._gradient_multiplier()
+            # The engine's own scope ("embedding_apply_gradients") beside ours, not in it: shorter names.
+            return self.engine.apply_gradients(batches, grads, gradient_multiplier=multiplier)
 
     # ---- pipelined updates (pipeline_execution_with_tensor_core) ----------------------------------------------
 
