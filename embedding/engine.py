@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from embedding import checkpointing, combiners, preprocessing
+from embedding import checkpointing, combiners, graph_constants, preprocessing
 from embedding import config as config_lib
 from embedding.sharded_table import ShardedTable
 
@@ -75,17 +75,13 @@ def check_all_finite(
         for vs, msg in groups
     ]
     zero = unfoldable_zero() if zero is None else zero
-    axes: Dict[int, tf.Tensor] = {}  # One constant per rank for all the reductions.
 
     def all_axes(value: tf.Tensor) -> Optional[tf.Tensor]:
         rank = value.shape.rank
-        if rank is None:
-            return None
-        if rank not in axes:
-            axes[rank] = tf.constant(list(range(rank)), tf.int32)
-        return axes[rank]
+        return None if rank is None else graph_constants.constant(list(range(rank)), tf.int32)
 
-    sums = [tf.reduce_sum(v * zero, axis=all_axes(v)) for values, _ in groups for v in values]
+    with graph_constants.sharing():
+        sums = [tf.reduce_sum(v * zero, axis=all_axes(v)) for values, _ in groups for v in values]
     total = sums[0] if len(sums) == 1 else tf.add_n(sums)
 
     def report_non_finite():
@@ -230,10 +226,11 @@ class EmbeddingEngine(tf.Module):
           A nest like `feature_config` of float32 activations `output_shape + [dim]`.
         """
         acts: Dict[str, tf.Tensor] = {}
-        for name, table in self._tables.items():
-            batch = self._batch(batches, name)
-            rows = table.lookup(batch.unique_ids, sorted_ids=True)  # TableBatch ids are ascending.
-            acts.update(combiners.combine_table(rows, batch, self._table_configs[name].quantization_config))
+        with graph_constants.sharing():
+            for name, table in self._tables.items():
+                batch = self._batch(batches, name)
+                rows = table.lookup(batch.unique_ids, sorted_ids=True)  # TableBatch ids are ascending.
+                acts.update(combiners.combine_table(rows, batch, self._table_configs[name].quantization_config))
         return tf.nest.pack_sequence_as(self._feature_config, [acts[k] for k in self._feature_keys])
 
     def __call__(self, features: Any, weights: Any = None) -> Any:
@@ -297,7 +294,7 @@ class EmbeddingEngine(tf.Module):
         Raises:
           ValueError: a table has no optimizer (naming it), or gradient structure/shape mismatch.
         """
-        with tf.name_scope("embedding_apply_gradients"):
+        with tf.name_scope("embedding_apply_gradients"), graph_constants.sharing():
             multiplier = None if gradient_multiplier is None else tf.cast(gradient_multiplier, tf.float32)
             checks = self._check_activation_gradients(batches, activation_grads, multiplier) if check_numerics else []
             grads = self.table_gradients(batches, activation_grads)
@@ -351,10 +348,12 @@ class EmbeddingEngine(tf.Module):
           ValueError: a table has no optimizer (naming it).
         """
         self._require_optimizers()
-        checks = []
-        if check_numerics:
-            checks = [check_all_finite([(grads[name], self._non_finite_message(name)) for name in self._tables])]
-        return self._apply(unique_ids, grads, learning_rate_override, checks, sorted_ids=sorted_ids)
+        with graph_constants.sharing():
+            checks = []
+            if check_numerics:
+                groups = [(grads[name], self._non_finite_message(name)) for name in self._tables]
+                checks = [check_all_finite(groups)]
+            return self._apply(unique_ids, grads, learning_rate_override, checks, sorted_ids=sorted_ids)
 
     def _apply(
         self,

@@ -48,6 +48,7 @@ import numpy as np
 import tensorflow as tf
 
 from embedding import config as config_lib
+from embedding import graph_constants
 from embedding.config import feature_paths, table_names
 
 # Pure TensorFlow ops without data-dependent Python control flow: AutoGraph conversion would only cost
@@ -314,7 +315,15 @@ def _prod(dims: Sequence[Dim]) -> Dim:
 
 
 def _as_scalar(d: Dim) -> tf.Tensor:
-    return tf.constant(d, tf.int32) if isinstance(d, int) else tf.cast(d, tf.int32)
+    return graph_constants.constant(d, tf.int32) if isinstance(d, int) else tf.cast(d, tf.int32)
+
+
+def _positions(ids: tf.Tensor) -> tf.Tensor:
+    """`tf.range(size(ids))` (int32) with shared constants."""
+    size = ids.shape.num_elements()
+    size = graph_constants.constant(size, tf.int32) if size is not None else tf.size(ids, out_type=tf.int32)
+    zero, one = graph_constants.constant(0, tf.int32), graph_constants.constant(1, tf.int32)
+    return tf.raw_ops.Range(start=zero, limit=size, delta=one)
 
 
 def _check_output_numel(out_shape: List[int], numel: Dim, ctx: str, what: str) -> None:
@@ -352,12 +361,12 @@ def _dense_coo(value: tf.Tensor, out_shape: Optional[List[int]], seq_len: int, c
         )
     lead = shape.as_list() if shape.rank == 1 else shape.as_list()[:-1]
     out = _dims_from(lead, dynamic)
-    ids = tf.reshape(value, [-1])
+    ids = tf.reshape(value, graph_constants.constant([-1], tf.int32))
     numel = _prod(out)
     if out_shape is not None:
         _check_output_numel(out_shape, numel, ctx, "dense")
         out = list(out_shape)
-    rows = tf.range(tf.size(ids, out_type=tf.int32), dtype=tf.int32)
+    rows = _positions(ids)
     return _Coo(tf.cast(ids, tf.int64), rows, None, _as_scalar(numel), out, False, True)
 
 
@@ -528,7 +537,7 @@ def _ids_in_range_check(checked: List[Tuple[str, int, tf.Tensor]]) -> Any:
       The assert op (None eagerly: a failing assert raised already).
     """
     # The extremes of int32 ids cast to int64 after the reduction; those of no ids (INT_MAX, INT_MIN) pass.
-    axis = tf.constant(0)  # The ids are 1-D: one reduction axis shared by every feature's reductions.
+    axis = graph_constants.constant(0, tf.int32)  # The ids are 1-D.
     lowest = tf.stack([tf.cast(tf.reduce_min(ids, axis=axis), tf.int64) for _, _, ids in checked])
     highest = tf.stack([tf.cast(tf.reduce_max(ids, axis=axis), tf.int64) for _, _, ids in checked])
     bad = tf.logical_or(lowest < 0, highest >= tf.constant([vocab for _, vocab, _ in checked], tf.int64))
@@ -573,14 +582,22 @@ def _segment_sum(values: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Ten
 
 
 def _gains(coo: _Coo, combiner: str) -> tf.Tensor:
-    weights = coo.weights if coo.weights is not None else tf.ones_like(coo.ids, dtype=tf.float32)
+    weights = coo.weights
+    if weights is None:
+        n = coo.ids.shape.num_elements()
+        weights = (
+            graph_constants.constant(np.ones([n]), tf.float32)
+            if n is not None
+            else tf.ones_like(coo.ids, dtype=tf.float32)
+        )
     if coo.is_sequence or combiner == "sum":
         return weights
+    axis = graph_constants.constant(0, tf.int32)
     if combiner == "mean":
         totals = _segment_sum(weights, coo.rows, coo.num_segments)
-        return tf.math.divide_no_nan(weights, tf.gather(totals, coo.rows))
+        return tf.math.divide_no_nan(weights, tf.gather(totals, coo.rows, axis=axis))
     squares = _segment_sum(weights * weights, coo.rows, coo.num_segments)
-    return tf.math.divide_no_nan(weights, tf.sqrt(tf.gather(squares, coo.rows)))
+    return tf.math.divide_no_nan(weights, tf.sqrt(tf.gather(squares, coo.rows, axis=axis)))
 
 
 def _sorted_unique_numpy(*ids_per_table: np.ndarray) -> List[np.ndarray]:
@@ -616,14 +633,15 @@ def _sorted_unique_numpy(*ids_per_table: np.ndarray) -> List[np.ndarray]:
 _HOST_SORT_MIN_IDS = 4096
 
 
-def _sorted_unique_tf(ids: tf.Tensor, axis: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    """`(unique ids ascending, index of each id into them)` by TensorFlow ops; `axis` is a shared constant 0."""
+def _sorted_unique_tf(ids: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """`(unique ids ascending, index of each id into them)` by TensorFlow ops."""
     unique_ids, index = tf.unique(ids, out_idx=tf.int32)
     # What tf.argsort does for ascending integers (top_k of -x - 1, i.e. ~x, which cannot overflow) in 3 ops
     # instead of 10; the unique ids have no ties, so the order is the stable one.
     _, order = tf.raw_ops.TopKV2(
         input=tf.bitwise.invert(unique_ids), k=tf.size(unique_ids, out_type=tf.int32), sorted=True
     )
+    axis = graph_constants.constant(0, tf.int32)
     return tf.gather(unique_ids, order, axis=axis), tf.gather(tf.math.invert_permutation(order), index, axis=axis)
 
 
@@ -651,11 +669,9 @@ def _sorted_unique(
         size_bounds = [_static_size_bound(ids) for ids in ids_per_table]
     out: List[Optional[Tuple[tf.Tensor, tf.Tensor]]] = [None] * len(ids_per_table)
     on_host = []
-    axis = None
     for i, (ids, bound) in enumerate(zip(ids_per_table, size_bounds)):
         if bound is not None and bound < _HOST_SORT_MIN_IDS:
-            axis = tf.constant(0) if axis is None else axis
-            out[i] = _sorted_unique_tf(ids, axis)
+            out[i] = _sorted_unique_tf(ids)
         else:
             on_host.append(i)
     if on_host:
@@ -750,7 +766,7 @@ def preprocess_features(
     per_table: Dict[str, List[Tuple[str, _Coo]]] = collections.OrderedDict((n, []) for n in tables)
     converted: List[Tuple[str, str, _Coo, List[Any], bool]] = []
     in_range: List[Tuple[str, int, tf.Tensor]] = []
-    with tf.name_scope(name or "embedding_preprocess"):
+    with tf.name_scope(name or "embedding_preprocess"), graph_constants.sharing():
         for path, feature in flat:
             table = feature.table
             table_name = name_of[id(table)]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from embedding import checkpointing, preprocessing
+from embedding import checkpointing, graph_constants, preprocessing
 from embedding import config as config_lib
 from embedding import devices as devices_lib
 from embedding.devices import DeviceLike
@@ -376,7 +376,8 @@ class ShardedTable(tf.Module):
             return [(unique_ids,) + tuple(values)], None
         if sorted_ids and self._layout.strategy == "div":
             sizes, local_ids = self._split_sorted_ids(unique_ids)
-            pieces = [tf.split(t, sizes, num=n, axis=0) for t in values]
+            axis = graph_constants.constant(0, tf.int32)
+            pieces = [tf.split(t, sizes, num=n, axis=axis) for t in values]
             return [(local_ids[k],) + tuple(p[k] for p in pieces) for k in range(n)], "concat"
         shard, local = _partition_ids(unique_ids, self._layout)
         positions = tf.range(tf.size(unique_ids, out_type=tf.int32))
@@ -401,16 +402,18 @@ class ShardedTable(tf.Module):
         # Shard k holds ids [offsets[k], offsets[k] + sizes[k]): its run in the sorted ids starts at the first
         # id >= its first row and ends at the first id >= its end. LowerBound on a [1, U] batch directly
         # (tf.searchsorted would add some twenty shape ops per call, per table, to the graph).
-        starts = tf.constant([self._layout.offsets], unique_ids.dtype)
-        ends = tf.constant([[o + s for o, s in zip(self._layout.offsets, self._layout.sizes)]], unique_ids.dtype)
-        row = tf.reshape(unique_ids, [1, -1])
+        constant = graph_constants.constant  # Shared by the tables in the engine's calls.
+        starts = constant([self._layout.offsets], unique_ids.dtype)
+        ends = constant([[o + s for o, s in zip(self._layout.offsets, self._layout.sizes)]], unique_ids.dtype)
+        row = tf.reshape(unique_ids, constant([1, -1], tf.int32))
         sizes = tf.reshape(
             tf.raw_ops.LowerBound(sorted_inputs=row, values=ends, out_type=tf.int32)
             - tf.raw_ops.LowerBound(sorted_inputs=row, values=starts, out_type=tf.int32),
-            [n],
+            constant([n], tf.int32),
         )
-        pieces = tf.split(unique_ids, sizes, num=n, axis=0)
-        local_ids = [p - self._layout.offsets[k] if self._layout.offsets[k] else p for k, p in enumerate(pieces)]
+        pieces = tf.split(unique_ids, sizes, num=n, axis=constant(0, tf.int32))
+        offsets = self._layout.offsets
+        local_ids = [p - constant(offsets[k], p.dtype) if offsets[k] else p for k, p in enumerate(pieces)]
         if graph is not None:
             self._split_memo.entry = (unique_ids, graph, context, sizes, local_ids)
         return sizes, local_ids
@@ -436,7 +439,7 @@ class ShardedTable(tf.Module):
             if positions is None:
                 return rows[0]
             if isinstance(positions, str):
-                out = tf.concat(rows, axis=0)
+                out = tf.concat(rows, axis=graph_constants.constant(0, tf.int32))
             else:
                 out = tf.dynamic_stitch(positions, rows)
             out.set_shape([ids.shape[0], self._dim])
