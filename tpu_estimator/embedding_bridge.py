@@ -255,8 +255,9 @@ class EmbeddingBridge(object):
         replica = context.replica_id if context else 0
         features = dict(features)
         for feature in self._resolved.features:
+            # value(): the read alone (read_value() adds an identity per feature and replica).
             features[feature.key] = self._tap(
-                self._dummies[feature.table_name].read_value(), features[feature.key], replica, feature.key
+                self._dummies[feature.table_name].value(), features[feature.key], replica, feature.key
             )
         return features
 
@@ -269,7 +270,7 @@ class EmbeddingBridge(object):
                 gradients[(replica, key)] = upstream
                 return tf.zeros_like(dummy_value), None
 
-            return tf.identity(activation_value), grad
+            return activation_value, grad  # custom_gradient's IdentityN gives the tapped output.
 
         return tap(dummy, activation)
 
