@@ -4,7 +4,7 @@ Every `tf.reshape(x, [-1])`, `tf.concat(xs, axis=0)` or `tf.split(x, sizes, axis
 and inside a `tf.compat.v1.while_loop` each of them also carries a control input and a while-context entry. The
 engine builds such ops per table and per feature, so a many-table training graph held hundreds of copies of the
 same few constants. Inside `sharing()` (entered by the engine around preprocessing, lookups and updates),
-`constant(value, dtype)` returns ONE op per value, dtype and graph.
+`constant(value, dtype)` returns ONE op per value, dtype, graph and control-flow context.
 
 Only for ops on the device the enclosing call runs on (the host): a shared constant keeps the device of its
 first use, so the per-shard ops under their own device scope make their own constants.
@@ -34,7 +34,7 @@ def sharing() -> Iterator[None]:
 
 
 def constant(value: Any, dtype: tf.DType) -> tf.Tensor:
-    """`tf.constant(value, dtype)`; in `sharing()`, one op per value, dtype and graph (outside control flow).
+    """`tf.constant(value, dtype)`; in `sharing()`, one op per value, dtype, graph and control-flow context.
 
     Args:
       value: a Python or NumPy scalar or array.
@@ -47,12 +47,15 @@ def constant(value: Any, dtype: tf.DType) -> tf.Tensor:
     if cache is None or tf.executing_eagerly():
         return tf.constant(value, dtype)
     graph = tf.compat.v1.get_default_graph()
+    context = graph._get_control_flow_context()  # The while loop or cond branch being built, or None.
     array = np.asarray(value, dtype=dtype.as_numpy_dtype)
-    key = (graph, dtype, array.shape, array.tobytes())
+    key = (graph, context, dtype, array.shape, array.tobytes())
     if key not in cache:
-        # Outside control dependencies and control flow (`control_dependencies(None)` leaves both): a constant
-        # shared by ops under different control dependencies must not carry the first one's, and TensorFlow
-        # brings it into each while loop or cond branch using it once (one Enter or Switch per context).
+        # Without the control dependencies in force: a constant shared by ops under different control dependencies
+        # must not carry the first one's. `control_dependencies(None)` also leaves the control-flow context; back
+        # in it, the constant belongs to the loop or branch (its frame's control input only), where one made
+        # outside would need an Enter or Switch in each.
         with graph.control_dependencies(None):
+            graph._set_control_flow_context(context)
             cache[key] = tf.constant(array, dtype)
     return cache[key]

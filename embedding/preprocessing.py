@@ -41,8 +41,9 @@ Choices where upstream is silent or differs:
 
 import collections
 import dataclasses
+import functools
 import logging
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -297,8 +298,11 @@ def _weight_values(weight: Any, ctx: str) -> tf.Tensor:
     return tf.cast(values, tf.float32)
 
 
-def _dims_from(static: Sequence[Optional[int]], dynamic: tf.Tensor) -> List[Dim]:
-    """Python ints where static, else int32 scalars sliced from `dynamic`."""
+def _dims_from(static: Sequence[Optional[int]], dynamic: Union[tf.Tensor, Callable[[], tf.Tensor]]) -> List[Dim]:
+    """Python ints where static, else int32 scalars sliced from `dynamic` (a shape, or a callable building it
+    only when a dimension is unknown)."""
+    if any(d is None for d in static) and callable(dynamic):
+        dynamic = dynamic()
     out: List[Dim] = []
     for i, d in enumerate(static):
         out.append(int(d) if d is not None else tf.cast(dynamic[i], tf.int32))
@@ -339,7 +343,7 @@ def _dense_coo(value: tf.Tensor, out_shape: Optional[List[int]], seq_len: int, c
         raise ValueError(f"{ctx}: dense ids must have a known rank.")
     if shape.rank == 0:
         raise ValueError(f"{ctx}: only rank 1 and above dense tensors are supported, got a scalar.")
-    dynamic = tf.shape(value, out_type=tf.int32)
+    dynamic = functools.partial(tf.shape, value, out_type=tf.int32)  # Built only if a dimension is unknown.
     if seq_len > 0 and out_shape is None:
         if shape.rank != 2:
             raise ValueError(
