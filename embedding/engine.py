@@ -18,6 +18,7 @@ The engine is independent of estimators and works eagerly, in `tf.function` and 
 import collections
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import tensorflow as tf
 
 from embedding import checkpointing, combiners, graph_constants, preprocessing
@@ -98,6 +99,14 @@ def check_all_finite(
             return tf.identity(total)
 
     return tf.cond(tf.math.is_finite(total), lambda: total, report_non_finite)
+
+
+def _learning_rate(optimizer: Any) -> tf.Tensor:
+    """The optimizer's learning rate tensor; a number is a constant shared by the tables that have it."""
+    value = optimizer.learning_rate
+    if isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+        return graph_constants.constant(value, tf.float32)
+    return optimizer.learning_rate_tensor()
 
 
 class EmbeddingEngine(tf.Module):
@@ -380,7 +389,7 @@ class EmbeddingEngine(tf.Module):
                 if lr is None:
                     opt = table.optimizer
                     if id(opt) not in learning_rates:
-                        learning_rates[id(opt)] = opt.learning_rate_tensor()
+                        learning_rates[id(opt)] = _learning_rate(opt)
                     lr = learning_rates[id(opt)]
                 ops.extend(table.apply_gradient_ops(unique_ids[name], grads[name], lr, sorted_ids=sorted_ids))
         if tf.executing_eagerly():

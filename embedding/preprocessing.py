@@ -330,6 +330,12 @@ def _positions(ids: tf.Tensor) -> tf.Tensor:
     return tf.raw_ops.Range(start=zero, limit=size, delta=one)
 
 
+def _as_int64(scalar: tf.Tensor) -> tf.Tensor:
+    """An int32 scalar as int64: a shared constant when its value is static."""
+    value = tf.get_static_value(scalar)
+    return graph_constants.constant(value, tf.int64) if value is not None else tf.cast(scalar, tf.int64)
+
+
 def _check_output_numel(out_shape: List[int], numel: Dim, ctx: str, what: str) -> None:
     if isinstance(numel, int) and int(np.prod(out_shape)) != numel:
         raise ValueError(
@@ -729,8 +735,8 @@ def _table_batch(
             output_shape=coo.output_shape,
             is_sequence=coo.is_sequence,
             sorted_segments=coo.rows_sorted,
-            matrix_indices=tf.stack([tf.cast(segment_ids, tf.int64), tf.cast(idx, tf.int64)], axis=1),
-            matrix_shape=tf.stack([tf.cast(coo.num_segments, tf.int64), num_unique]),
+            matrix_indices=tf.cast(tf.stack([segment_ids, tf.cast(idx, tf.int32)], axis=1), tf.int64),
+            matrix_shape=tf.stack([_as_int64(coo.num_segments), num_unique]),
         )
     return TableBatch(table_name=table_name, unique_ids=unique_ids, features=dict(features), table=table)
 
