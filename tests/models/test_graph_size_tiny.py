@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tpu_estimator.app import config_file, models
 
-GRAPH_PBTXT_BOUND = 3.9e6
+GRAPH_PBTXT_BOUND = 3.8e6
 EVENTS_BOUND = 8e6
 
 
