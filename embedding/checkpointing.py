@@ -236,7 +236,10 @@ class LogicalTensor(_trackable_base.Trackable):
                 ops.append(var.assign(part, read_value=False))
         if tf.executing_eagerly():
             return None
-        return tf.group(*ops)
+        # One op after the assigns (tf.group adds a NoOp per device and one joining them: three per table and slot
+        # in a Saver's restore).
+        with tf.control_dependencies(ops):
+            return tf.no_op()
 
     def assign_shards(self, parts: Sequence[tf.Tensor]) -> Optional[tf.Operation]:
         """Assigns one restored slice per shard (`row_slices` layout)."""
@@ -247,7 +250,10 @@ class LogicalTensor(_trackable_base.Trackable):
                 ops.append(var.assign(part, read_value=False))
         if tf.executing_eagerly():
             return None
-        return tf.group(*ops)
+        # One op after the assigns (tf.group adds a NoOp per device and one joining them: three per table and slot
+        # in a Saver's restore).
+        with tf.control_dependencies(ops):
+            return tf.no_op()
 
     # TF1 tf.compat.v1.train.Saver.
     def saveable(self) -> _saveable_object.SaveableObject:

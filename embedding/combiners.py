@@ -142,8 +142,9 @@ def backprop_table(activation_grads: Mapping[str, Optional[tf.Tensor]], batch: A
         return tf.zeros(tf.stack([batch.num_unique, 0]), tf.float32)
     if len(given) == 1:
         key, segments = given[0]
+        # num_unique lazily: a precomputed combine matrix does not need it (an unused op per table otherwise).
         return tf.sparse.sparse_dense_matmul(
-            _feature_matrix(segments, batch.num_unique), _flat_grads(activation_grads[key]), adjoint_a=True
+            _feature_matrix(segments, lambda: batch.num_unique), _flat_grads(activation_grads[key]), adjoint_a=True
         )
     flats, segment_ids, unique_index, gains = [], [], [], []
     offset = tf.constant(0, tf.int32)

@@ -41,13 +41,15 @@ Choices where upstream is silent or differs:
 
 import collections
 import dataclasses
+import functools
 import logging
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
 
 from embedding import config as config_lib
+from embedding import graph_constants
 from embedding.config import feature_paths, table_names
 
 # Pure TensorFlow ops without data-dependent Python control flow: AutoGraph conversion would only cost
@@ -296,8 +298,11 @@ def _weight_values(weight: Any, ctx: str) -> tf.Tensor:
     return tf.cast(values, tf.float32)
 
 
-def _dims_from(static: Sequence[Optional[int]], dynamic: tf.Tensor) -> List[Dim]:
-    """Python ints where static, else int32 scalars sliced from `dynamic`."""
+def _dims_from(static: Sequence[Optional[int]], dynamic: Union[tf.Tensor, Callable[[], tf.Tensor]]) -> List[Dim]:
+    """Python ints where static, else int32 scalars sliced from `dynamic` (a shape, or a callable building it
+    only when a dimension is unknown)."""
+    if any(d is None for d in static) and callable(dynamic):
+        dynamic = dynamic()
     out: List[Dim] = []
     for i, d in enumerate(static):
         out.append(int(d) if d is not None else tf.cast(dynamic[i], tf.int32))
@@ -314,7 +319,21 @@ def _prod(dims: Sequence[Dim]) -> Dim:
 
 
 def _as_scalar(d: Dim) -> tf.Tensor:
-    return tf.constant(d, tf.int32) if isinstance(d, int) else tf.cast(d, tf.int32)
+    return graph_constants.constant(d, tf.int32) if isinstance(d, int) else tf.cast(d, tf.int32)
+
+
+def _positions(ids: tf.Tensor) -> tf.Tensor:
+    """`tf.range(size(ids))` (int32) with shared constants."""
+    size = ids.shape.num_elements()
+    size = graph_constants.constant(size, tf.int32) if size is not None else tf.size(ids, out_type=tf.int32)
+    zero, one = graph_constants.constant(0, tf.int32), graph_constants.constant(1, tf.int32)
+    return tf.raw_ops.Range(start=zero, limit=size, delta=one)
+
+
+def _as_int64(scalar: tf.Tensor) -> tf.Tensor:
+    """An int32 scalar as int64: a shared constant when its value is static."""
+    value = tf.get_static_value(scalar)
+    return graph_constants.constant(value, tf.int64) if value is not None else tf.cast(scalar, tf.int64)
 
 
 def _check_output_numel(out_shape: List[int], numel: Dim, ctx: str, what: str) -> None:
@@ -330,7 +349,7 @@ def _dense_coo(value: tf.Tensor, out_shape: Optional[List[int]], seq_len: int, c
         raise ValueError(f"{ctx}: dense ids must have a known rank.")
     if shape.rank == 0:
         raise ValueError(f"{ctx}: only rank 1 and above dense tensors are supported, got a scalar.")
-    dynamic = tf.shape(value, out_type=tf.int32)
+    dynamic = functools.partial(tf.shape, value, out_type=tf.int32)  # Built only if a dimension is unknown.
     if seq_len > 0 and out_shape is None:
         if shape.rank != 2:
             raise ValueError(
@@ -352,12 +371,12 @@ def _dense_coo(value: tf.Tensor, out_shape: Optional[List[int]], seq_len: int, c
         )
     lead = shape.as_list() if shape.rank == 1 else shape.as_list()[:-1]
     out = _dims_from(lead, dynamic)
-    ids = tf.reshape(value, [-1])
+    ids = tf.reshape(value, graph_constants.constant([-1], tf.int32))
     numel = _prod(out)
     if out_shape is not None:
         _check_output_numel(out_shape, numel, ctx, "dense")
         out = list(out_shape)
-    rows = tf.range(tf.size(ids, out_type=tf.int32), dtype=tf.int32)
+    rows = _positions(ids)
     return _Coo(tf.cast(ids, tf.int64), rows, None, _as_scalar(numel), out, False, True)
 
 
@@ -463,9 +482,12 @@ def _structure_asserts(value: Any, weight: Any, ctx: str) -> List[Any]:
 
 
 def _feature_to_coo(
-    value: Any, weight: Any, feature: Any, key: str, table_name: str, vocab: int, validate: bool
-) -> _Coo:
-    """Converts one feature to COO entries, with its run-time validation attached."""
+    value: Any, weight: Any, feature: Any, key: str, table_name: str, validate: bool
+) -> Tuple[_Coo, List[Any]]:
+    """Converts one feature to COO entries; returns them with the run-time checks of its weights (if any).
+
+    The ids' range is checked for all features at once (`_ids_in_range_check`).
+    """
     ctx = f"Feature {key!r} (table {table_name!r})"
     value = _to_input(value)
     if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
@@ -498,10 +520,8 @@ def _feature_to_coo(
         coo = _dense_coo(value, out_shape, seq_len, ctx)
     coo = coo._replace(max_entries=_max_entries(value))
 
-    if not (validate and getattr(feature, "validate_weights_and_indices", True)):
-        return coo
     checks = []
-    if weight is not None:
+    if weight is not None and validate and getattr(feature, "validate_weights_and_indices", True):
         checks.extend(_structure_asserts(value, weight, ctx))
         checks.append(
             tf.debugging.Assert(
@@ -509,17 +529,45 @@ def _feature_to_coo(
                 [f"{ctx}: weights must be non-negative; smallest weight:", tf.reduce_min(coo.weights)],
             )
         )
-    checks.append(
-        tf.debugging.Assert(
-            tf.reduce_all(tf.logical_and(coo.ids >= 0, coo.ids < vocab)),
-            [
-                f"{ctx}: ids must be in [0, {vocab}) (vocabulary_size); smallest and largest id:",
-                tf.reduce_min(coo.ids),
-                tf.reduce_max(coo.ids),
-            ],
-        )
+    return coo, [c for c in checks if c is not None]  # Eager asserts return None (and raise immediately).
+
+
+def _ids_in_range_check(checked: List[Tuple[str, int, tf.Tensor]]) -> Any:
+    """ONE assert that every feature's ids are in `[0, vocabulary_size)`, naming the first feature that is not.
+
+    Per feature only its smallest and largest id are computed; the comparison, the choice of the message and the
+    assert are shared, so the graph grows by a few ops per feature (an assert per feature added some thirty).
+    The message is the feature's own: "Feature 'a' (table 't'): ids must be in [0, V) (vocabulary_size);
+    smallest and largest id:" followed by the two ids.
+
+    Args:
+      checked: per feature, `(its context "Feature 'a' (table 't')", vocabulary size, its ids)`.
+
+    Returns:
+      The assert op (None eagerly: a failing assert raised already).
+    """
+    # The extremes of int32 ids cast to int64 after the reduction; those of no ids (INT_MAX, INT_MIN) pass.
+    axis = graph_constants.constant(0, tf.int32)  # The ids are 1-D.
+    lowest = tf.stack([tf.cast(tf.reduce_min(ids, axis=axis), tf.int64) for _, _, ids in checked])
+    highest = tf.stack([tf.cast(tf.reduce_max(ids, axis=axis), tf.int64) for _, _, ids in checked])
+    bad = tf.logical_or(lowest < 0, highest >= tf.constant([vocab for _, vocab, _ in checked], tf.int64))
+    first = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    messages = [
+        f"{ctx}: ids must be in [0, {vocab}) (vocabulary_size); smallest and largest id:" for ctx, vocab, _ in checked
+    ]
+    # String data only: the assert needs no guarding conditional (which int64 data would add).
+    return tf.debugging.Assert(
+        tf.logical_not(tf.reduce_any(bad)),
+        [
+            tf.gather(tf.constant(messages), first),
+            tf.strings.as_string(tf.gather(lowest, first)),
+            tf.strings.as_string(tf.gather(highest, first)),
+        ],
     )
-    checks = [c for c in checks if c is not None]  # Eager asserts return None (and raise immediately).
+
+
+def _checked(coo: _Coo, checks: List[Any]) -> _Coo:
+    """`coo` whose ids and weights are read after `checks` passed."""
     if not checks:
         return coo
     with tf.control_dependencies(checks):
@@ -544,14 +592,22 @@ def _segment_sum(values: tf.Tensor, segment_ids: tf.Tensor, num_segments: tf.Ten
 
 
 def _gains(coo: _Coo, combiner: str) -> tf.Tensor:
-    weights = coo.weights if coo.weights is not None else tf.ones_like(coo.ids, dtype=tf.float32)
+    weights = coo.weights
+    if weights is None:
+        n = coo.ids.shape.num_elements()
+        weights = (
+            graph_constants.constant(np.ones([n]), tf.float32)
+            if n is not None
+            else tf.ones_like(coo.ids, dtype=tf.float32)
+        )
     if coo.is_sequence or combiner == "sum":
         return weights
+    axis = graph_constants.constant(0, tf.int32)
     if combiner == "mean":
         totals = _segment_sum(weights, coo.rows, coo.num_segments)
-        return tf.math.divide_no_nan(weights, tf.gather(totals, coo.rows))
+        return tf.math.divide_no_nan(weights, tf.gather(totals, coo.rows, axis=axis))
     squares = _segment_sum(weights * weights, coo.rows, coo.num_segments)
-    return tf.math.divide_no_nan(weights, tf.sqrt(tf.gather(squares, coo.rows)))
+    return tf.math.divide_no_nan(weights, tf.sqrt(tf.gather(squares, coo.rows, axis=axis)))
 
 
 def _sorted_unique_numpy(*ids_per_table: np.ndarray) -> List[np.ndarray]:
@@ -588,9 +644,15 @@ _HOST_SORT_MIN_IDS = 4096
 
 
 def _sorted_unique_tf(ids: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """`(unique ids ascending, index of each id into them)` by TensorFlow ops."""
     unique_ids, index = tf.unique(ids, out_idx=tf.int32)
-    order = tf.argsort(unique_ids, stable=True)
-    return tf.gather(unique_ids, order), tf.gather(tf.math.invert_permutation(order), index)
+    # What tf.argsort does for ascending integers (top_k of -x - 1, i.e. ~x, which cannot overflow) in 3 ops
+    # instead of 10; the unique ids have no ties, so the order is the stable one.
+    _, order = tf.raw_ops.TopKV2(
+        input=tf.bitwise.invert(unique_ids), k=tf.size(unique_ids, out_type=tf.int32), sorted=True
+    )
+    axis = graph_constants.constant(0, tf.int32)
+    return tf.gather(unique_ids, order, axis=axis), tf.gather(tf.math.invert_permutation(order), index, axis=axis)
 
 
 def _static_size_bound(ids: tf.Tensor) -> Optional[int]:
@@ -673,8 +735,8 @@ def _table_batch(
             output_shape=coo.output_shape,
             is_sequence=coo.is_sequence,
             sorted_segments=coo.rows_sorted,
-            matrix_indices=tf.stack([tf.cast(segment_ids, tf.int64), tf.cast(idx, tf.int64)], axis=1),
-            matrix_shape=tf.stack([tf.cast(coo.num_segments, tf.int64), num_unique]),
+            matrix_indices=tf.cast(tf.stack([segment_ids, tf.cast(idx, tf.int32)], axis=1), tf.int64),
+            matrix_shape=tf.stack([_as_int64(coo.num_segments), num_unique]),
         )
     return TableBatch(table_name=table_name, unique_ids=unique_ids, features=dict(features), table=table)
 
@@ -712,7 +774,9 @@ def preprocess_features(
     if weights is not None:
         _check_no_extra_keys(feature_config, weights, "weights")
     per_table: Dict[str, List[Tuple[str, _Coo]]] = collections.OrderedDict((n, []) for n in tables)
-    with tf.name_scope(name or "embedding_preprocess"):
+    converted: List[Tuple[str, str, _Coo, List[Any], bool]] = []
+    in_range: List[Tuple[str, int, tf.Tensor]] = []
+    with tf.name_scope(name or "embedding_preprocess"), graph_constants.sharing():
         for path, feature in flat:
             table = feature.table
             table_name = name_of[id(table)]
@@ -727,8 +791,15 @@ def preprocess_features(
             if weights is not None:
                 weight = _lookup_path(weights, path, "weights", key, table_name) if path else weights
             with tf.name_scope(config_lib.scope_name(key)):
-                coo = _feature_to_coo(value, weight, feature, key, table_name, int(table.vocabulary_size), validate)
-            per_table[table_name].append((key, coo))
+                coo, checks = _feature_to_coo(value, weight, feature, key, table_name, validate)
+            checked = validate and getattr(feature, "validate_weights_and_indices", True)
+            converted.append((table_name, key, coo, checks, checked))
+            if checked:
+                in_range.append((f"Feature {key!r} (table {table_name!r})", int(table.vocabulary_size), coo.ids))
+        range_check = [_ids_in_range_check(in_range)] if in_range else []
+        range_check = [c for c in range_check if c is not None]  # None eagerly: it passed.
+        for table_name, key, coo, checks, checked in converted:
+            per_table[table_name].append((key, _checked(coo, checks + (range_check if checked else []))))
         deduplicated = _sorted_unique(
             [_all_ids(entries) for entries in per_table.values()],
             [_ids_bound(entries) for entries in per_table.values()],

@@ -15,12 +15,12 @@ number of shards and either strategy restores into any other.
 """
 
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from embedding import checkpointing, preprocessing
+from embedding import checkpointing, graph_constants, preprocessing
 from embedding import config as config_lib
 from embedding import devices as devices_lib
 from embedding.devices import DeviceLike
@@ -72,6 +72,13 @@ class ShardLayout:
         if self.strategy == "div":
             return [full[o : o + s] for o, s in zip(self.offsets, self.sizes)]
         return [full[k :: self.num_shards] for k in range(self.num_shards)]
+
+
+class _SplitMemo(object):
+    """The last shard split of sorted ids a table built in a graph (a plain holder: tf.Module tracks no tensors)."""
+
+    def __init__(self):
+        self.entry = None
 
 
 def _partition_ids(unique_ids: tf.Tensor, layout: ShardLayout):
@@ -212,6 +219,7 @@ class ShardedTable(tf.Module):
             for slot, slot_init in zip(self._slot_names, optimizer.slot_initializers()):
                 self._slot_shards[slot] = self._create_shards(f"{slot}/shard", slot_init)
 
+        self._split_memo = _SplitMemo()
         self._build_logical()
         if register_in_graph and not tf.executing_eagerly():
             for v in self.shard_variables():
@@ -367,28 +375,48 @@ class ShardedTable(tf.Module):
         if n == 1:
             return [(unique_ids,) + tuple(values)], None
         if sorted_ids and self._layout.strategy == "div":
-            # Shard k holds ids [offsets[k], offsets[k] + sizes[k]): its run in the sorted ids starts at the first
-            # id >= its first row and ends at the first id >= its end. LowerBound on a [1, U] batch directly
-            # (tf.searchsorted would add some twenty shape ops per call, per table, to the graph).
-            starts = tf.constant([self._layout.offsets], unique_ids.dtype)
-            ends = tf.constant([[o + s for o, s in zip(self._layout.offsets, self._layout.sizes)]], unique_ids.dtype)
-            row = tf.reshape(unique_ids, [1, -1])
-            sizes = tf.reshape(
-                tf.raw_ops.LowerBound(sorted_inputs=row, values=ends, out_type=tf.int32)
-                - tf.raw_ops.LowerBound(sorted_inputs=row, values=starts, out_type=tf.int32),
-                [n],
-            )
-            pieces = [tf.split(t, sizes, num=n, axis=0) for t in (unique_ids,) + tuple(values)]
-            out = []
-            for k in range(n):
-                local = pieces[0][k] - self._layout.offsets[k] if self._layout.offsets[k] else pieces[0][k]
-                out.append((local,) + tuple(p[k] for p in pieces[1:]))
-            return out, "concat"
+            sizes, local_ids = self._split_sorted_ids(unique_ids)
+            axis = graph_constants.constant(0, tf.int32)
+            pieces = [tf.split(t, sizes, num=n, axis=axis) for t in values]
+            return [(local_ids[k],) + tuple(p[k] for p in pieces) for k in range(n)], "concat"
         shard, local = _partition_ids(unique_ids, self._layout)
         positions = tf.range(tf.size(unique_ids, out_type=tf.int32))
         parts = [tf.dynamic_partition(t, shard, n) for t in (local,) + tuple(values)]
         pos_parts = tf.dynamic_partition(positions, shard, n)
         return [tuple(p[k] for p in parts) for k in range(n)], pos_parts
+
+    def _split_sorted_ids(self, unique_ids: tf.Tensor) -> Tuple[tf.Tensor, List[tf.Tensor]]:
+        """Ascending ids under 'div': the number of ids of each shard `[n]` and each shard's local ids.
+
+        In a graph, the apply of the ids a lookup just split reuses the lookup's split (same ids tensor, graph and
+        control flow context: one split per table and step, not two).
+        """
+        graph = context = None
+        if not tf.executing_eagerly():
+            graph = tf.compat.v1.get_default_graph()
+            context = graph._get_control_flow_context()  # The split's ops must be usable where we are.
+            memo = self._split_memo.entry
+            if memo is not None and memo[0] is unique_ids and memo[1] is graph and memo[2] is context:
+                return memo[3], memo[4]
+        n = self._layout.num_shards
+        # Shard k holds ids [offsets[k], offsets[k] + sizes[k]): its run in the sorted ids starts at the first
+        # id >= its first row and ends at the first id >= its end. LowerBound on a [1, U] batch directly
+        # (tf.searchsorted would add some twenty shape ops per call, per table, to the graph).
+        constant = graph_constants.constant  # Shared by the tables in the engine's calls.
+        starts = constant([self._layout.offsets], unique_ids.dtype)
+        ends = constant([[o + s for o, s in zip(self._layout.offsets, self._layout.sizes)]], unique_ids.dtype)
+        row = tf.reshape(unique_ids, constant([1, -1], tf.int32))
+        sizes = tf.reshape(
+            tf.raw_ops.LowerBound(sorted_inputs=row, values=ends, out_type=tf.int32)
+            - tf.raw_ops.LowerBound(sorted_inputs=row, values=starts, out_type=tf.int32),
+            constant([n], tf.int32),
+        )
+        pieces = tf.split(unique_ids, sizes, num=n, axis=constant(0, tf.int32))
+        offsets = self._layout.offsets
+        local_ids = [p - constant(offsets[k], p.dtype) if offsets[k] else p for k, p in enumerate(pieces)]
+        if graph is not None:
+            self._split_memo.entry = (unique_ids, graph, context, sizes, local_ids)
+        return sizes, local_ids
 
     def lookup(self, unique_ids, sorted_ids: bool = False) -> tf.Tensor:
         """Rows of the given ids: one gather per shard on its device.
@@ -411,7 +439,7 @@ class ShardedTable(tf.Module):
             if positions is None:
                 return rows[0]
             if isinstance(positions, str):
-                out = tf.concat(rows, axis=0)
+                out = tf.concat(rows, axis=graph_constants.constant(0, tf.int32))
             else:
                 out = tf.dynamic_stitch(positions, rows)
             out.set_shape([ids.shape[0], self._dim])
@@ -420,7 +448,7 @@ class ShardedTable(tf.Module):
     def apply_gradients(
         self, unique_ids, grads, learning_rate=None, sorted_ids: bool = False
     ) -> Optional[tf.Operation]:
-        """Applies the optimizer to the rows of `unique_ids`.
+        """Applies the optimizer to the rows of `unique_ids`: `apply_gradient_ops` grouped in one op.
 
         Args:
           unique_ids: int `[U]` UNIQUE ids.
@@ -430,6 +458,27 @@ class ShardedTable(tf.Module):
 
         Returns:
           The update op in graph mode (None when executing eagerly, where it has run).
+
+        Raises:
+          ValueError: if the table has no optimizer.
+        """
+        ops = self.apply_gradient_ops(unique_ids, grads, learning_rate, sorted_ids)
+        if tf.executing_eagerly():
+            return None
+        return tf.group(*ops)
+
+    def apply_gradient_ops(self, unique_ids, grads, learning_rate=None, sorted_ids: bool = False) -> List[tf.Operation]:
+        """Applies the optimizer to the rows of `unique_ids`; returns the update ops of the shards (not grouped,
+        so that a caller updating many tables groups all of them at once).
+
+        Args:
+          unique_ids: int `[U]` UNIQUE ids.
+          grads: float `[U, dim]` gradients, already accumulated per unique id.
+          learning_rate: Scalar; default `optimizer.learning_rate_tensor()`.
+          sorted_ids: the ids are ascending (see `lookup`).
+
+        Returns:
+          The update ops in graph mode (eagerly they have run).
 
         Raises:
           ValueError: if the table has no optimizer.
@@ -454,9 +503,7 @@ class ShardedTable(tf.Module):
                         ops.extend(self._apply_rows(k, local, g, lr))
                     else:
                         ops.extend(self._apply_dense(k, local, g, lr))
-            if tf.executing_eagerly():
-                return None
-            return tf.group(*ops)
+            return [op for op in ops if op is not None]
 
     def _slot_vars(self, k: int) -> Dict[str, tf.Variable]:
         return {s: self._slot_shards[s][k] for s in self._slot_names}

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import embedding
 import embedding.serving
-from embedding import checkpointing
+from embedding import checkpointing, graph_constants
 from tpu_estimator import _estimator_lib, _tf_internal, replication
 from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
 
@@ -31,7 +31,7 @@ def _join_replicas(pieces: List[Any]) -> Any:
         return pieces[0]
     if isinstance(pieces[0], tf.SparseTensor):
         return tf.sparse.concat(axis=0, sp_inputs=pieces, expand_nonconcat_dims=True)
-    return tf.concat(pieces, axis=0)
+    return tf.concat(pieces, axis=graph_constants.constant(0, tf.int32))
 
 
 def _as_engine_input(ids: Any, sequence: bool) -> Any:
@@ -197,7 +197,7 @@ class EmbeddingBridge(object):
         raw_keys = [k for k in self._resolved.raw_keys if k in per_replica[0][0]]
         global_ids, global_weights = collections.OrderedDict(), collections.OrderedDict()
         outputs = []
-        with tf.device(self._host_device), tf.name_scope("tpu_embedding_inputs"):
+        with tf.device(self._host_device), tf.name_scope("tpu_embedding_inputs"), graph_constants.sharing():
             raw = {key: _join_replicas([features[key] for features, _ in per_replica]) for key in raw_keys}
             ids, weights = self._ids_and_weights(raw)
             lengths = {}
@@ -214,6 +214,8 @@ class EmbeddingBridge(object):
                     lengths[feature.key] = (
                         tf.split(all_lengths, self._num_replicas) if self._num_replicas > 1 else [all_lengths]
                     )
+        # The engine's own scope ("embedding_preprocess") beside ours, not in it: shorter names of many ops.
+        with tf.device(self._host_device):
             batches = self.engine.preprocess(global_ids, global_weights)
         for replica, (features, labels) in enumerate(per_replica):
             features = {k: v for k, v in features.items() if k not in self._resolved.raw_keys}
@@ -224,13 +226,14 @@ class EmbeddingBridge(object):
 
     def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches):
         """Table stage: one lookup per table for the step; each replica gets its rows under the feature keys."""
-        with tf.device(self._host_device), tf.name_scope("tpu_embedding_lookup"):
+        with tf.device(self._host_device), tf.name_scope("tpu_embedding_lookup"), graph_constants.sharing():
             activations = self.engine.activations(batches)
             splits = {}
+            axis = graph_constants.constant(0, tf.int32)
             for key, act in activations.items():
                 # The global batch is static even when sparse inputs left it unknown to the engine.
                 act.set_shape([self._replica_batch_size * self._num_replicas] + act.shape.as_list()[1:])
-                splits[key] = tf.split(act, self._num_replicas, axis=0) if self._num_replicas > 1 else [act]
+                splits[key] = tf.split(act, self._num_replicas, axis=axis) if self._num_replicas > 1 else [act]
         outputs = []
         for replica, (features, labels) in enumerate(per_replica):
             features = dict(features)
@@ -252,8 +255,9 @@ class EmbeddingBridge(object):
         replica = context.replica_id if context else 0
         features = dict(features)
         for feature in self._resolved.features:
+            # value(): the read alone (read_value() adds an identity per feature and replica).
             features[feature.key] = self._tap(
-                self._dummies[feature.table_name].read_value(), features[feature.key], replica, feature.key
+                self._dummies[feature.table_name].value(), features[feature.key], replica, feature.key
             )
         return features
 
@@ -266,7 +270,7 @@ class EmbeddingBridge(object):
                 gradients[(replica, key)] = upstream
                 return tf.zeros_like(dummy_value), None
 
-            return tf.identity(activation_value), grad
+            return activation_value, grad  # custom_gradient's IdentityN gives the tapped output.
 
         return tap(dummy, activation)
 
@@ -297,10 +301,11 @@ class EmbeddingBridge(object):
 
     def apply_gradients(self, batches) -> tf.Operation:
         """The engine update of this step from the tapped activation gradients of every replica."""
-        with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
-            return self.engine.apply_gradients(
-                batches, self._activation_gradients(), gradient_multiplier=self._gradient_multiplier()
-            )
+        with tf.device(self._host_device), graph_constants.sharing():
+            with tf.name_scope("tpu_embedding_gradients"):
+                grads, multiplier = self._activation_gradients(), self._gradient_multiplier()
+            # The engine's own scope ("embedding_apply_gradients") beside ours, not in it: shorter names.
+            return self.engine.apply_gradients(batches, grads, gradient_multiplier=multiplier)
 
     # ---- pipelined updates (pipeline_execution_with_tensor_core) ----------------------------------------------
 

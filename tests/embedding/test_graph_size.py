@@ -1,10 +1,13 @@
-"""The TRAIN graph of the engine grows linearly with the number of tables (no per-table x per-table edges).
+"""The TRAIN graph of the engine grows linearly with the number of tables and of shards (no per-table x per-table
+edges, one check for all tables).
 
 Every table update must wait for the finiteness checks of ALL tables (a NaN in one table's gradient leaves every
 table unchanged). Making each op of each table's update depend on each check directly gives tables^2 control
 inputs; the engine funnels the checks through one gate op instead. These tests build the same model with T, 2T
 and 4T tables, 2 shards each, and compare the graph's node and control-input counts.
 """
+
+import collections
 
 import numpy as np
 import pytest
@@ -97,3 +100,76 @@ def test_one_gate_still_holds_every_table_until_every_check_passed():
     for name in before:
         np.testing.assert_array_equal(unchanged[name], before[name])
         np.testing.assert_allclose(after[name][[1, 7, 30]], before[name][[1, 7, 30]] - 0.5, rtol=1e-6)
+
+
+def _shard_counts(num_shards: int) -> tuple:
+    """(nodes, control inputs) of an engine TRAIN step over TABLES tables on `num_shards` shards."""
+    graph = tf.Graph()
+    with graph.as_default():
+        feature_config = {
+            f"f{i:02d}": config.FeatureConfig(config.TableConfig(64, 4, name=f"t{i:02d}")) for i in range(TABLES)
+        }
+        engine = EmbeddingEngine(feature_config, optimizers.Adagrad(0.1), num_shards=num_shards, devices=["/cpu:0"])
+        ids = np.arange(BATCH * 3, dtype=np.int64).reshape(BATCH, 3) % 64
+        features = {key: tf.ragged.constant(ids.tolist(), dtype=tf.int64) for key in feature_config}
+        batches = engine.preprocess(features)
+        activations = engine.activations(batches)
+        loss = tf.add_n([tf.reduce_sum(tf.square(a)) for a in tf.nest.flatten(activations)])
+        grads = tf.gradients(loss, tf.nest.flatten(activations))
+        engine.apply_gradients(batches, tf.nest.pack_sequence_as(activations, grads))
+    graph_def = graph.as_graph_def()
+    control = sum(1 for node in graph_def.node for name in node.input if name.startswith("^"))
+    return len(graph_def.node), control
+
+
+def test_train_graph_is_linear_in_shards():
+    """Each added shard costs the same ops (its variables, gather and update per table), nothing per shard pair."""
+    (n2, c2), (n4, c4), (n8, c8) = (_shard_counts(s) for s in (2, 4, 8))
+    assert n8 - n4 == 2 * (n4 - n2), (n2, n4, n8)
+    assert c8 - c4 == 2 * (c4 - c2), (c2, c4, c8)
+
+
+def _op_types(graph: tf.Graph) -> "collections.Counter":
+    """Op types of the graph and of its functions (the branches of v2 conditionals)."""
+    graph_def = graph.as_graph_def()
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    return collections.Counter(node.op for node in nodes)
+
+
+def test_one_finiteness_conditional_and_one_id_assert_for_all_tables():
+    """The checks of every table meet in one conditional and one assert; the apply reuses the lookup's split."""
+    graph = tf.Graph()
+    with graph.as_default():
+        feature_config = {
+            f"f{i:02d}": config.FeatureConfig(config.TableConfig(64, 4, name=f"t{i:02d}")) for i in range(TABLES)
+        }
+        engine = EmbeddingEngine(feature_config, optimizers.Adagrad(0.1), num_shards=2)
+        features = {key: tf.constant([[1], [40], [7], [63]], tf.int64) for key in feature_config}
+        batches = engine.preprocess(features)
+        activations = engine.activations(batches)
+        engine.apply_gradients(batches, {k: tf.ones_like(a) for k, a in activations.items()})
+    types = _op_types(graph)
+    assert types["Assert"] == 1
+    assert types["Merge"] + types["If"] + types["StatelessIf"] == 1  # The one tf.cond of the finiteness check.
+    assert types["CheckNumerics"] == TABLES  # Its report branch: one per table, run only when a value is not finite.
+    assert types["LowerBound"] == 2 * TABLES  # One shard split per table (start and end searches), not two.
+    assert types["ResourceSparseApplyAdagrad"] == 2 * TABLES
+
+
+def test_the_first_non_finite_table_in_order_is_reported():
+    """With the checks in one conditional, the error names the first non-finite table in table order."""
+    with tf.Graph().as_default():
+        feature_config = [config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i}")) for i in range(3)]
+        engine = EmbeddingEngine(feature_config, optimizers.SGD(0.5), num_shards=2)
+        ids = {f"t{i}": tf.constant([1, 7, 30], tf.int64) for i in range(3)}
+        nan = tf.compat.v1.placeholder_with_default(1.0, [])
+        inf = tf.compat.v1.placeholder_with_default(1.0, [])
+        grads = {"t0": tf.ones([3, 4]), "t1": tf.ones([3, 4]) * nan, "t2": tf.ones([3, 4]) * inf}
+        update = engine.apply_table_gradients(ids, grads)
+        with tf.compat.v1.Session() as sess:
+            sess.run(engine.initializer)
+            for _ in range(3):  # Always t1 (checked before t2), whatever the scheduling.
+                with pytest.raises(tf.errors.InvalidArgumentError, match="table 't1'.*: Tensor had NaN values"):
+                    sess.run(update, {nan: np.nan, inf: np.inf})
+            with pytest.raises(tf.errors.InvalidArgumentError, match="table 't2'.*: Tensor had Inf values"):
+                sess.run(update, {inf: np.inf})

@@ -1,0 +1,61 @@
+"""Small constants (axes, shapes, offsets) shared by the ops that one engine call builds in a graph.
+
+Every `tf.reshape(x, [-1])`, `tf.concat(xs, axis=0)` or `tf.split(x, sizes, axis=0)` adds its own `Const` node,
+and inside a `tf.compat.v1.while_loop` each of them also carries a control input and a while-context entry. The
+engine builds such ops per table and per feature, so a many-table training graph held hundreds of copies of the
+same few constants. Inside `sharing()` (entered by the engine around preprocessing, lookups and updates),
+`constant(value, dtype)` returns ONE op per value, dtype, graph and control-flow context.
+
+Only for ops on the device the enclosing call runs on (the host): a shared constant keeps the device of its
+first use, so the per-shard ops under their own device scope make their own constants.
+"""
+
+import contextlib
+import threading
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def sharing() -> Iterator[None]:
+    """Within this block (and any nested one), `constant()` shares its ops; no effect when executing eagerly."""
+    if tf.executing_eagerly() or getattr(_state, "cache", None) is not None:
+        yield
+        return
+    _state.cache = {}
+    try:
+        yield
+    finally:
+        _state.cache = None
+
+
+def constant(value: Any, dtype: tf.DType) -> tf.Tensor:
+    """`tf.constant(value, dtype)`; in `sharing()`, one op per value, dtype, graph and control-flow context.
+
+    Args:
+      value: a Python or NumPy scalar or array.
+      dtype: its dtype.
+
+    Returns:
+      The constant tensor.
+    """
+    cache: Optional[Dict[Tuple, tf.Tensor]] = getattr(_state, "cache", None)
+    if cache is None or tf.executing_eagerly():
+        return tf.constant(value, dtype)
+    graph = tf.compat.v1.get_default_graph()
+    context = graph._get_control_flow_context()  # The while loop or cond branch being built, or None.
+    array = np.asarray(value, dtype=dtype.as_numpy_dtype)
+    key = (graph, context, dtype, array.shape, array.tobytes())
+    if key not in cache:
+        # Without the control dependencies in force: a constant shared by ops under different control dependencies
+        # must not carry the first one's. `control_dependencies(None)` also leaves the control-flow context; back
+        # in it, the constant belongs to the loop or branch (its frame's control input only), where one made
+        # outside would need an Enter or Switch in each.
+        with graph.control_dependencies(None):
+            graph._set_control_flow_context(context)
+            cache[key] = tf.constant(array, dtype)
+    return cache[key]
