@@ -208,8 +208,8 @@ class _PerHostV2Reader(object):
     all-padding batch (upstream's stopping signals); the step fails with OutOfRange only when no replica got data.
     """
 
-    def __init__(self, source: "_Source", ctx: ShardingContext):
-        self._source = source
+    def __init__(self, sources: List["_Source"], ctx: ShardingContext):
+        self._sources = sources  # one per host
         self._ctx = ctx
 
     def read(self) -> StepInput:
@@ -218,18 +218,24 @@ class _PerHostV2Reader(object):
         chained = not ctx.config.tpu_config.experimental_allow_per_host_v2_parallel_get_next
         per_replica, masks, has_values = [], [], []
         previous = None
-        for _ in range(ctx.num_replicas):
+        raise_end = None
+        for replica in range(ctx.num_replicas):
+            host = ctx.host_of_replica(replica)
+            source = self._sources[host]
+            if replica % ctx.num_of_replicas_per_host == 0:
+                previous = None  # each host reads its own dataset
             with tf.control_dependencies([previous] if chained and previous is not None else []):
                 if predict:
-                    (features, labels), has_value, raise_end = self._source.get_next_or_empty()
+                    (features, labels), has_value, host_raise_end = source.get_next_or_empty()
+                    raise_end = raise_end or host_raise_end
                     has_values.append(has_value)
                 else:
-                    features, labels = self._source.get_next()
+                    features, labels = source.get_next()
             # Composites are expanded: a SparseTensor cannot be a control input, its component tensors can.
             previous = tf.nest.flatten((features, labels), expand_composites=True)[0]
             if predict:
                 (features, labels), mask = _pad(
-                    (features, labels), ctx.global_batch_size // ctx.num_replicas, ctx.host_device
+                    (features, labels), ctx.global_batch_size // ctx.num_replicas, ctx.host_devices[host]
                 )
                 masks.append(mask)
             per_replica.append((features, labels))
@@ -258,29 +264,43 @@ class _HostBatchReader(object):
     """PER_HOST_V1 and SLICED: one host batch split over the replicas on `batch_axis`; BROADCAST: every replica
     gets the whole batch (in PREDICT only replica 0's rows are real)."""
 
-    def __init__(self, source: "_Source", ctx: ShardingContext, batch_axis: Optional[Sequence[int]], broadcast: bool):
-        self._source = source
+    def __init__(
+        self, sources: List["_Source"], ctx: ShardingContext, batch_axis: Optional[Sequence[int]], broadcast: bool
+    ):
+        self._sources = sources  # PER_HOST_V1: one per host, each split over its host's replicas
         self._ctx = ctx
         self._batch_axis = batch_axis
         self._broadcast = broadcast
 
     def read(self) -> StepInput:
+        if len(self._sources) == 1:
+            return self._read_host(self._sources[0], self._ctx.num_replicas, self._ctx.global_batch_size, 0)
+        per_replica, masks = [], []
+        per_host = self._ctx.num_of_replicas_per_host
+        host_batch = None if self._ctx.global_batch_size is None else self._ctx.global_batch_size // len(self._sources)
+        for host, source in enumerate(self._sources):
+            step = self._read_host(source, per_host, host_batch, host)
+            per_replica += step.per_replica
+            masks += step.padding_masks or []
+        return StepInput(per_replica, masks or None)
+
+    def _read_host(self, source: "_Source", num: int, batch_size: Optional[int], host: int) -> StepInput:
         ctx = self._ctx
-        num = ctx.num_replicas
-        features, labels = self._source.get_next()
+        host_device = ctx.host_devices[host]
+        features, labels = source.get_next()
         mask = None
         if ctx.mode == ModeKeys.PREDICT:
-            (features, labels), mask = _pad((features, labels), ctx.global_batch_size, ctx.host_device)
+            (features, labels), mask = _pad((features, labels), batch_size, host_device)
         else:
             _check_static_shapes(features, labels)
         if self._broadcast:
             masks = None if mask is None else [mask] + [tf.zeros_like(mask)] * (num - 1)
             return StepInput([(features, labels)] * num, masks)
-        masks = None if mask is None else (tf.split(mask, num) if num > 1 else [mask])
-        return StepInput(self._split(features, labels), masks)
+        with tf.device(host_device if ctx.on_cluster else None):
+            masks = None if mask is None else (tf.split(mask, num) if num > 1 else [mask])
+        return StepInput(self._split(features, labels, num, host_device), masks)
 
-    def _split(self, features: Any, labels: Any) -> List[Tuple[Any, Any]]:
-        num = self._ctx.num_replicas
+    def _split(self, features: Any, labels: Any, num: int, host_device: str) -> List[Tuple[Any, Any]]:
         if num == 1:
             return [(features, labels)]
         structure = (features, labels)
@@ -289,7 +309,7 @@ class _HostBatchReader(object):
         axes = list(self._batch_axis) if self._batch_axis is not None else [0] * len(flat)
         if len(axes) != len(flat):
             raise ValueError("batch_axis has {} entries but input_fn returned {} tensors.".format(len(axes), len(flat)))
-        with tf.device(self._ctx.host_device):
+        with tf.device(host_device):
             pieces = [
                 [None] * num if t is None else _split(t, num, axis, name) for t, axis, name in zip(flat, axes, names)
             ]
@@ -370,7 +390,7 @@ class InputPipeline(object):
                 input_device=device,
                 invocation_index=index,
                 call_from_input_fn=True,
-                host_id=0,
+                host_id=ctx.host_of_invocation(index),
                 replicas_consumed=consumed,
                 total_invocations=total,
             )
@@ -384,12 +404,12 @@ class InputPipeline(object):
                 raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
             sources.append(_Source(result, device, allow_tensors, sleep_secs))
         if input_mode == InputPipelineConfig.PER_HOST_V2:
-            self._reader = _PerHostV2Reader(sources[0], ctx)
+            self._reader = _PerHostV2Reader(sources, ctx)
         elif input_mode == InputPipelineConfig.PER_SHARD_V1:
             self._reader = _PerShardReader(sources)
         else:
             broadcast = input_mode == InputPipelineConfig.BROADCAST
-            self._reader = _HostBatchReader(sources[0], ctx, self._batch_axis, broadcast)
+            self._reader = _HostBatchReader(sources, ctx, self._batch_axis, broadcast)
         initializers = [s.initializer for s in sources if s.initializer is not None]
         hooks = [s.hook for s in sources if s.hook is not None]
         if initializers:
