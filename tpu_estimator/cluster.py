@@ -11,10 +11,13 @@ names that were provided when the server booted").
 Without a cluster nothing here is used and shards are this process's devices (`devices.py`).
 """
 
+import contextlib
 import dataclasses
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+import re
+import socket
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -261,3 +264,64 @@ def cluster_layout(cluster: Cluster, num_shards: int, devices_by_host: Dict[int,
     devices = tuple(devices_by_host[h][j] for h in range(cluster.num_hosts) for j in range(per_host))
     hosts = tuple(cluster.host_device(h) for h in range(cluster.num_hosts))
     return ShardLayout(devices, hosts)
+
+
+def unreachable_hosts(cluster: Cluster, timeout_secs: float = 2.0) -> List[int]:
+    """Hosts whose server port does not accept a TCP connection (a diagnosis only: no data is exchanged)."""
+    dead = []
+    for host, address in enumerate(cluster.addresses):
+        name, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((name.strip("[]"), int(port)), timeout=timeout_secs):
+                pass
+        except (OSError, ValueError):
+            dead.append(host)
+    return dead
+
+
+def _hosts_named_in(cluster: Cluster, message: str) -> List[int]:
+    named = set()
+    for host, address in enumerate(cluster.addresses):
+        if re.search(r"/job:{}/(replica:\d+/)?task:{}\b".format(re.escape(cluster.job), host), message):
+            named.add(host)
+        if address in message:
+            named.add(host)
+    return sorted(named)
+
+
+def fault_error(cluster: Cluster, what: str, error: Exception) -> ClusterError:
+    """A `ClusterError` for a failed `train()`/`evaluate()`/`predict()`: which hosts failed and what to do."""
+    message = str(error)
+    hosts = sorted(set(_hosts_named_in(cluster, message)) | set(unreachable_hosts(cluster)))
+    if hosts:
+        culprit = "host {} did not respond".format(", ".join(cluster.describe(h) for h in hosts))
+    else:
+        culprit = (
+            "every host accepts connections, so a Session.run outlived its deadline (session_config."
+            "operation_timeout_in_ms, default {} ms): raise it or lower TPUConfig.iterations_per_loop".format(
+                DEFAULT_OPERATION_TIMEOUT_MS
+            )
+        )
+    first_line = next((line for line in message.splitlines() if line.strip() and "=====" not in line), "")
+    return ClusterError(
+        "{} on the cluster failed ({}: {}): {}. Restart the worker(s) with the same cluster spec and call {} "
+        "again: training resumes from the last checkpoint in model_dir.".format(
+            what, type(error).__name__, first_line.strip(), culprit, what
+        )
+    )
+
+
+# Errors by which TensorFlow's runtime reports a lost or slow task.
+FAULT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
+
+
+@contextlib.contextmanager
+def reporting_faults(cluster: Optional[Cluster], what: str) -> Iterator[None]:
+    """Turns the runtime's errors of a lost task into a `ClusterError` naming it (nothing off a cluster)."""
+    if cluster is None:
+        yield
+        return
+    try:
+        yield
+    except FAULT_ERRORS as error:
+        raise fault_error(cluster, what, error) from error

@@ -17,6 +17,7 @@ from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.tpu_config import InputPipelineConfig
 
 ModeKeys = _estimator_lib.ModeKeys
+_REMOTE_ENQUEUE_TIMEOUT_MS = 24 * 3600 * 1000
 
 
 def split_features_and_labels(element: Any) -> Tuple[Any, Any]:
@@ -67,11 +68,16 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
         self._thread.start()
 
     def _feed(self, session) -> None:
+        # On a cluster every run has a deadline (cluster.py); an enqueue legitimately waits for the loop to dequeue
+        # for as long as the client pauses (checkpoints, hooks), so it gets its own. A lost host still fails it.
+        options = None
+        if getattr(session, "sess_str", ""):
+            options = tf.compat.v1.RunOptions(timeout_in_ms=_REMOTE_ENQUEUE_TIMEOUT_MS)
         try:
             if self._sleep_secs:
                 time.sleep(self._sleep_secs)
             while not self._stop.is_set():
-                session.run(self._enqueue_op)
+                session.run(self._enqueue_op, options=options)
         except (tf.errors.CancelledError, tf.errors.OutOfRangeError) as error:
             if not self._stop.is_set() and isinstance(error, tf.errors.OutOfRangeError):
                 self._close(session)

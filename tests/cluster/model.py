@@ -42,7 +42,8 @@ def _host_rows(dataset, global_batch: int, num_hosts: int, host: int, read_batch
     batches of `read_batch`: every host count reads the same global batches."""
     block = global_batch // num_hosts
     dataset = dataset.batch(global_batch, drop_remainder=True)
-    dataset = dataset.map(lambda *t: tf.nest.map_structure(lambda v: v[host * block : (host + 1) * block], t))
+    take = lambda v: v[host * block : (host + 1) * block]
+    dataset = dataset.map(lambda *t: tf.nest.map_structure(take, t if len(t) > 1 else t[0]))
     return dataset.unbatch().batch(read_batch, drop_remainder=True)
 
 
@@ -55,15 +56,14 @@ def make_input_fn(global_batch: int = BATCH, record=None, labels: bool = True, r
     def input_fn(params):
         context = params["context"]
         features = {k: v[:rows] for k, v in FEATURES.items()}
-        dataset = tf.data.Dataset.from_tensor_slices((features, Y[:rows]) if labels else (features,))
+        dataset = tf.data.Dataset.from_tensor_slices((features, Y[:rows]) if labels else features)
         if labels:
             dataset = dataset.repeat()
         if record is not None:
             record.append(
                 (context.num_hosts, context.current_host, context.current_input_fn_deployment(), tf.constant(0).device)
             )
-        dataset = _host_rows(dataset, global_batch, context.num_hosts, context.current_host, params["batch_size"])
-        return dataset if labels else dataset.map(lambda t: t[0])
+        return _host_rows(dataset, global_batch, context.num_hosts, context.current_host, params["batch_size"])
 
     return input_fn
 
