@@ -90,7 +90,9 @@ def model_fn(features, labels, mode, params):
     return te.TPUEstimatorSpec(mode, loss=loss, train_op=opt.minimize(loss, tf.compat.v1.train.get_global_step()))
 
 
-def estimator(model_dir, partition_strategy="div", num_shards=4, cluster=None, input_mode=None, **run_kwargs):
+def estimator(
+    model_dir, partition_strategy="div", num_shards=4, cluster=None, input_mode=None, batch=BATCH, **run_kwargs
+):
     spec = tex.EmbeddingConfigSpec(
         feature_columns=COLUMNS,
         optimization_parameters=tex.AdagradParameters(0.5, initial_accumulator=0.1),
@@ -105,8 +107,8 @@ def estimator(model_dir, partition_strategy="div", num_shards=4, cluster=None, i
     return te.TPUEstimator(
         model_fn=model_fn,
         config=config,
-        train_batch_size=BATCH,
-        eval_batch_size=BATCH,
+        train_batch_size=batch,
+        eval_batch_size=batch,
         predict_batch_size=8,
         embedding_config_spec=spec,
     )
