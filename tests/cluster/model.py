@@ -37,7 +37,7 @@ def columns():
 COLUMNS = columns()
 
 
-def _host_rows(dataset, global_batch: int, num_hosts: int, host: int, read_batch: int):
+def host_rows(dataset, global_batch: int, num_hosts: int, host: int, read_batch: int):
     """Host `host`'s block of every global batch (hosts hold contiguous blocks, as replicas are host-major), in
     batches of `read_batch`: every host count reads the same global batches."""
     block = global_batch // num_hosts
@@ -63,7 +63,7 @@ def make_input_fn(global_batch: int = BATCH, record=None, labels: bool = True, r
             record.append(
                 (context.num_hosts, context.current_host, context.current_input_fn_deployment(), tf.constant(0).device)
             )
-        return _host_rows(dataset, global_batch, context.num_hosts, context.current_host, params["batch_size"])
+        return host_rows(dataset, global_batch, context.num_hosts, context.current_host, params["batch_size"])
 
     return input_fn
 
