@@ -21,6 +21,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from tpu_estimator import _tf_internal
+
 # Deadline of session creation and of every Session.run on a cluster, unless the session config sets one: a dead
 # or unreachable worker surfaces as an error within a minute instead of a hang.
 DEFAULT_OPERATION_TIMEOUT_MS = 40_000
@@ -292,9 +294,14 @@ def _hosts_named_in(cluster: Cluster, message: str) -> List[int]:
 def fault_error(cluster: Cluster, what: str, error: Exception) -> ClusterError:
     """A `ClusterError` for a failed `train()`/`evaluate()`/`predict()`: which hosts failed and what to do."""
     message = str(error)
-    hosts = sorted(set(_hosts_named_in(cluster, message)) | set(unreachable_hosts(cluster)))
-    if hosts:
-        culprit = "host {} did not respond".format(", ".join(cluster.describe(h) for h in hosts))
+    dead = unreachable_hosts(cluster)
+    named = _hosts_named_in(cluster, message)
+    if dead:
+        culprit = "host {} did not respond".format(", ".join(cluster.describe(h) for h in dead))
+    elif named:
+        culprit = "the error names host {}, which accepts connections (restarted, or overloaded?)".format(
+            ", ".join(cluster.describe(h) for h in named)
+        )
     else:
         culprit = (
             "every host accepts connections, so a Session.run outlived its deadline (session_config."
@@ -317,11 +324,15 @@ FAULT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.
 
 @contextlib.contextmanager
 def reporting_faults(cluster: Optional[Cluster], what: str) -> Iterator[None]:
-    """Turns the runtime's errors of a lost task into a `ClusterError` naming it (nothing off a cluster)."""
+    """Turns the runtime's errors of a lost task into a `ClusterError` naming it (nothing off a cluster).
+
+    `MonitoredSession`'s own recovery is off meanwhile: it would retry session creation while a worker is down.
+    """
     if cluster is None:
         yield
         return
     try:
-        yield
+        with _tf_internal.without_session_recovery():
+            yield
     except FAULT_ERRORS as error:
         raise fault_error(cluster, what, error) from error

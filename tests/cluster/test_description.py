@@ -148,7 +148,8 @@ def test_fault_error_names_the_task_and_what_to_do():
     error = tf.errors.UnavailableError(None, None, "From /job:worker/replica:0/task:1:\nfailed to connect")
     message = str(cluster_lib.fault_error(cluster, "train()", error))
     assert "train() on the cluster failed (UnavailableError: From /job:worker/replica:0/task:1:)" in message
-    assert "/job:worker/task:1 (127.0.0.1:1)" in message
+    # Nothing listens on port 1: both hosts are unreachable.
+    assert "host /job:worker/task:0 (127.0.0.1:1), /job:worker/task:1 (127.0.0.1:1) did not respond" in message
     assert "Restart the worker(s) with the same cluster spec and call train() again" in message
 
 
