@@ -289,6 +289,10 @@ class TPUContext(object):
     def tpu_host_placement_function(self, host_id: int = 0, replica_id: Optional[int] = None) -> str:
         """The CPU of a host (of the replica's host when `replica_id` is given); this process's CPU off a cluster."""
         ctx = self._internal_ctx
+        if not ctx.on_cluster:
+            return ctx.host_device
         if replica_id is not None:
             host_id = ctx.host_of_replica(replica_id)
+        if not 0 <= host_id < ctx.num_hosts:
+            raise ValueError("host_id must be in [0, {}), got {}".format(ctx.num_hosts, host_id))
         return ctx.host_devices[host_id]

@@ -6,6 +6,7 @@ return tensors (allowed for PER_HOST_V1 and PER_SHARD_V1, as upstream) are fed t
 infeed thread (`TensorInfeedHook`).
 """
 
+import contextlib
 import threading
 import time
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
@@ -302,7 +303,7 @@ class _HostBatchReader(object):
         if self._broadcast:
             masks = None if mask is None else [mask] + [tf.zeros_like(mask)] * (num - 1)
             return StepInput([(features, labels)] * num, masks)
-        with tf.device(host_device if ctx.on_cluster else None):
+        with tf.device(host_device) if ctx.on_cluster else contextlib.nullcontext():
             masks = None if mask is None else (tf.split(mask, num) if num > 1 else [mask])
         return StepInput(self._split(features, labels, num, host_device), masks)
 

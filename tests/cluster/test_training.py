@@ -149,13 +149,14 @@ def test_export_from_cluster_checkpoint_serves_without_cluster(tmp_path_factory,
 
 
 def test_per_shard_input_fn_calls_and_contexts(tmp_path, cluster2):
-    record = []
+    record, placements = [], []
 
     def input_fn(params):
         context = params["context"]
         record.append(
             (context.num_hosts, context.current_host, context.current_input_fn_deployment(), tf.constant(0).device)
         )
+        placements.append((context.device_for_replica(3), context.tpu_host_placement_function(host_id=1)))
         return dense_models.dataset_input_fn(params)
 
     config = te.RunConfig(
@@ -173,6 +174,8 @@ def test_per_shard_input_fn_calls_and_contexts(tmp_path, cluster2):
         (2, 1, ("/job:worker/task:1/device:CPU:0", 2, 4, 1), "/job:worker/task:1/device:CPU:0"),
         (2, 1, ("/job:worker/task:1/device:CPU:0", 3, 4, 1), "/job:worker/task:1/device:CPU:0"),
     ]
+    # Replica 3 is the second device of host 1.
+    assert placements[0] == (("/job:worker/task:1/device:CPU:0", 1), "/job:worker/task:1/device:CPU:0")
     # Each shard reads the same rows on 2 hosts as on one: the same variables as 1 host x 4 shards.
     local = te.TPUEstimator(
         model_fn=dense_models.make_model_fn(),
