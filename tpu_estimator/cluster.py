@@ -336,3 +336,54 @@ def reporting_faults(cluster: Optional[Cluster], what: str) -> Iterator[None]:
             yield
     except FAULT_ERRORS as error:
         raise fault_error(cluster, what, error) from error
+
+
+_PROBE_DIR = ".tpu_estimator_hosts"
+
+
+def check_model_dir(cluster: Cluster, model_dir: str, config: tf.compat.v1.ConfigProto) -> None:
+    """Checks that every host can write `model_dir` and that the client sees what they wrote.
+
+    Each host writes a small file under `model_dir` from its own CPU (the checkpoint shards are written the same
+    way); the client then looks for the files and removes them.
+
+    Raises:
+      ClusterError: a host cannot write `model_dir`, or the client cannot see what a host wrote there.
+    """
+    probe_dir = os.path.join(model_dir, _PROBE_DIR)
+    paths = [os.path.join(probe_dir, "task_{}".format(h)) for h in range(cluster.num_hosts)]
+    with tf.Graph().as_default():
+        writes = []
+        for host, path in enumerate(paths):
+            with tf.device(cluster.host_device(host)):
+                writes.append(tf.io.write_file(path, cluster.describe(host)))
+        try:
+            with tf.compat.v1.Session(cluster.target, config=config) as session:
+                for host, write in enumerate(writes):
+                    try:
+                        session.run(write)
+                    except FAULT_ERRORS:
+                        raise
+                    except tf.errors.OpError as error:
+                        raise ClusterError(
+                            "Host {} cannot write model_dir {!r} ({}: {}). Every task writes its checkpoint shard "
+                            "there: use a path every task and the client can write (a shared file system mounted at "
+                            "the same path, or a gs:// or hdfs:// URL).".format(
+                                cluster.describe(host), model_dir, type(error).__name__, error.message.splitlines()[0]
+                            )
+                        ) from error
+        except FAULT_ERRORS as error:
+            raise _unreachable(cluster, error) from error
+    missing = [h for h, path in enumerate(paths) if not tf.io.gfile.exists(path)]
+    try:
+        tf.io.gfile.rmtree(probe_dir)
+    except tf.errors.OpError:
+        pass
+    if missing:
+        raise ClusterError(
+            "model_dir {!r} is not the same place for the client and host {}: the host wrote {} there, the client "
+            "does not see it. Every task writes its checkpoint shard into model_dir: use a path every task and the "
+            "client share (a shared file system mounted at the same path, or a gs:// or hdfs:// URL).".format(
+                model_dir, ", ".join(cluster.describe(h) for h in missing), paths[missing[0]]
+            )
+        )

@@ -162,6 +162,7 @@ class TPUEstimator(_estimator_lib.Estimator):
         Raises:
           tpu_estimator.model_dir_lock.ModelDirLockedError: another process trains into `model_dir`.
           tpu_estimator.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
+          tpu_estimator.cluster.ClusterError: on a cluster, a host is lost or cannot write `model_dir`.
         """
         with (
             cluster_lib.reporting_faults(self._config.tpu_cluster, "train()"),
@@ -169,6 +170,8 @@ class TPUEstimator(_estimator_lib.Estimator):
         ):
             if guarded.already_done:
                 return self
+            if self._config.tpu_cluster is not None:
+                cluster_lib.check_model_dir(self._config.tpu_cluster, self._model_dir, self._config.session_config)
             return super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
 
     def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):

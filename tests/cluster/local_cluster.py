@@ -66,14 +66,16 @@ class LocalCluster(object):
       log_dir: where each worker's output goes.
       cpus: logical CPU devices per worker.
       command: optional argv builder `command(cluster_json, task, cpus) -> list` (default: a plain Server).
+      cwd: the workers' working directory (default: this process's).
     """
 
-    def __init__(self, num_workers: int, log_dir: str, cpus: int = 2, command=None):
+    def __init__(self, num_workers: int, log_dir: str, cpus: int = 2, command=None, cwd: Optional[str] = None):
         self.addresses = ["127.0.0.1:{}".format(p) for p in free_ports(num_workers)]
         self.spec = {"worker": list(self.addresses)}
         self._log_dir = log_dir
         self._cpus = cpus
         self._command = command
+        self._cwd = cwd
         self.processes: List[Optional[subprocess.Popen]] = [None] * num_workers
         self.log_paths = [os.path.join(log_dir, "worker_{}.log".format(i)) for i in range(num_workers)]
 
@@ -91,7 +93,12 @@ class LocalCluster(object):
         for task in tasks:
             with open(self.log_paths[task], "w") as log:
                 self.processes[task] = subprocess.Popen(
-                    self._argv(task), stdout=log, stderr=subprocess.STDOUT, env=worker_env(), start_new_session=True
+                    self._argv(task),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=worker_env(),
+                    start_new_session=True,
+                    cwd=self._cwd,
                 )
         for task in tasks:
             wait_for_line(self.processes[task], "ready", START_TIMEOUT_SECS, self.log_paths[task])
