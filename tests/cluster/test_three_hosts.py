@@ -1,4 +1,8 @@
-"""A loopback cluster of 3 plain tf.distribute.Server workers: PER_HOST_V1 on 3 hosts x 2 shards = 1 host x 6."""
+"""A loopback cluster of 3 plain tf.distribute.Server workers: PER_HOST_V1 on 3 hosts x 2 shards = 1 host x 6.
+
+The batch is large enough (2 x 2400 ids for the shared table) that one host deduplicates its ids with a NumPy call
+(`tf.numpy_function`); the cluster's hosts, other processes, must use TensorFlow ops for it, with the same result.
+"""
 
 import numpy as np
 import pytest
@@ -7,7 +11,7 @@ import tpu_estimator as te
 from tests.cluster import model
 from tests.cluster.local_cluster import LocalCluster
 
-BATCH = 24
+BATCH = 2400
 
 
 @pytest.fixture(scope="module")
