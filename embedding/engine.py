@@ -211,7 +211,7 @@ class EmbeddingEngine(tf.Module):
 
     # ------------------------------------------------------------------------------------------------- step
     def preprocess(
-        self, features: Any, weights: Any = None, validate: bool = True
+        self, features: Any, weights: Any = None, validate: bool = True, python_ops: bool = True
     ) -> "collections.OrderedDict[str, preprocessing.TableBatch]":
         """Deduplicated per-table batches of one step (see `preprocessing.preprocess_features`).
 
@@ -219,11 +219,14 @@ class EmbeddingEngine(tf.Module):
           features: A nest like `feature_config` of dense / sparse / ragged int ids.
           weights: None or a matching nest of weights (None entries allowed).
           validate: Attach run-time checks (ids in range, weights >= 0) naming the feature.
+          python_ops: Allow a NumPy host call for large batches; False: TensorFlow ops only (remote hosts).
 
         Returns:
           `{table_name: TableBatch}`.
         """
-        return preprocessing.preprocess_features(features, self._feature_config, weights, validate=validate)
+        return preprocessing.preprocess_features(
+            features, self._feature_config, weights, validate=validate, python_ops=python_ops
+        )
 
     def activations(self, batches: Mapping[str, Any]) -> Any:
         """Activations of every feature: one lookup per table, then combining per feature.

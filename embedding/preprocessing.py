@@ -660,7 +660,7 @@ def _static_size_bound(ids: tf.Tensor) -> Optional[int]:
 
 
 def _sorted_unique(
-    ids_per_table: List[tf.Tensor], size_bounds: Optional[List[Optional[int]]] = None
+    ids_per_table: List[tf.Tensor], size_bounds: Optional[List[Optional[int]]] = None, python_ops: bool = True
 ) -> List[Tuple[tf.Tensor, tf.Tensor]]:
     """Per table, `(unique ids ascending, index of each id into them)`.
 
@@ -673,6 +673,8 @@ def _sorted_unique(
     Args:
       ids_per_table: int64 ids `[n]` of each table.
       size_bounds: per table, a static upper bound of `n` (None: unknown); defaults to the static shapes.
+      python_ops: allow the NumPy host call; False deduplicates every table with TensorFlow ops (for graphs run
+        by another process, e.g. a worker of a cluster, which cannot call this process's Python).
     """
     ids_per_table = [tf.cast(ids, tf.int64) for ids in ids_per_table]
     if size_bounds is None:
@@ -680,7 +682,7 @@ def _sorted_unique(
     out: List[Optional[Tuple[tf.Tensor, tf.Tensor]]] = [None] * len(ids_per_table)
     on_host = []
     for i, (ids, bound) in enumerate(zip(ids_per_table, size_bounds)):
-        if bound is not None and bound < _HOST_SORT_MIN_IDS:
+        if not python_ops or (bound is not None and bound < _HOST_SORT_MIN_IDS):
             out[i] = _sorted_unique_tf(ids)
         else:
             on_host.append(i)
@@ -743,7 +745,12 @@ def _table_batch(
 
 @_do_not_convert
 def preprocess_features(
-    features: Any, feature_config: Any, weights: Any = None, validate: bool = True, name: Optional[str] = None
+    features: Any,
+    feature_config: Any,
+    weights: Any = None,
+    validate: bool = True,
+    name: Optional[str] = None,
+    python_ops: bool = True,
 ) -> "collections.OrderedDict[str, TableBatch]":
     """Turns one batch of id features into deduplicated per-table batches.
 
@@ -758,6 +765,8 @@ def preprocess_features(
         `[0, vocabulary_size)`, weights >= 0, weights aligned with the ids) that raise
         `tf.errors.InvalidArgumentError` naming the feature and table before any output is produced.
       name: optional name scope.
+      python_ops: allow one `tf.numpy_function` (the dedup sort of tables with many ids); False builds TensorFlow
+        ops only, for graphs whose host ops run in another process (a remote worker of a cluster).
 
     Returns:
       `{table_name: TableBatch}` in table order (see `table_names`), covering every table of the config.
@@ -803,6 +812,7 @@ def preprocess_features(
         deduplicated = _sorted_unique(
             [_all_ids(entries) for entries in per_table.values()],
             [_ids_bound(entries) for entries in per_table.values()],
+            python_ops=python_ops,
         )
         out = collections.OrderedDict()
         for (table_name, entries), (unique_ids, index) in zip(per_table.items(), deduplicated):

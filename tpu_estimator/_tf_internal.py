@@ -286,3 +286,33 @@ def outside_control_flow(graph: Optional[tf.Graph] = None) -> Iterator[None]:
         yield
     finally:
         set_control_flow_context(graph, context)
+
+
+_recovery_lock = threading.Lock()
+_recovery_depth = 0
+_preemption_errors = None
+
+
+@contextlib.contextmanager
+def without_session_recovery() -> Iterator[None]:
+    """`MonitoredSession` raises Aborted/Unavailable errors instead of re-creating its session.
+
+    Its recovery (meant for preempted parameter servers) retries session creation for as long as a worker is down;
+    on a cluster a lost host must surface as an error the caller can act on (cluster.py). Process-wide while any
+    caller is inside (nesting and threads counted).
+    """
+    global _recovery_depth, _preemption_errors
+    from tensorflow.python.training import monitored_session
+
+    with _recovery_lock:
+        if _recovery_depth == 0:
+            _preemption_errors = monitored_session._PREEMPTION_ERRORS
+            monitored_session._PREEMPTION_ERRORS = ()
+        _recovery_depth += 1
+    try:
+        yield
+    finally:
+        with _recovery_lock:
+            _recovery_depth -= 1
+            if _recovery_depth == 0:
+                monitored_session._PREEMPTION_ERRORS = _preemption_errors

@@ -43,8 +43,14 @@ class ShardingContext(object):
         self.eval_batch_size = eval_batch_size
         self.predict_batch_size = predict_batch_size
         self.mode = mode
-        self.num_replicas = config.num_shards if self.is_running_on_shards else 1
-        self.num_hosts = 1
+        self.layout = config.shard_layout() if self.is_running_on_shards else None
+        self.num_replicas = len(self.layout.devices) if self.layout else 1
+        self.num_hosts = self.layout.num_hosts if self.layout else 1
+
+    @property
+    def on_cluster(self) -> bool:
+        """Whether the shards run on the hosts of a cluster (every device is another process's)."""
+        return getattr(self.config, "tpu_cluster", None) is not None
 
     @property
     def is_running_on_shards(self) -> bool:
@@ -81,11 +87,33 @@ class ShardingContext(object):
 
     @property
     def replica_devices(self) -> List[str]:
-        return devices_lib.shard_devices(self.num_replicas)
+        if self.layout is None:
+            return devices_lib.shard_devices(self.num_replicas)
+        return list(self.layout.devices)
 
     @property
     def host_device(self) -> str:
-        return devices_lib.HOST_DEVICE
+        """Host 0's CPU: host-side work of the whole step (embedding ids, host calls, eval metrics)."""
+        return self.host_devices[0]
+
+    @property
+    def host_devices(self) -> List[str]:
+        """The CPU of every host (one entry without a cluster: this process's CPU)."""
+        if self.layout is None:
+            return [devices_lib.HOST_DEVICE]
+        return list(self.layout.host_devices)
+
+    def host_of_replica(self, replica_id: int) -> int:
+        return self.layout.host_of_replica(replica_id) if self.layout else 0
+
+    def host_of_invocation(self, invocation_index: int) -> int:
+        """The host of an `input_fn` invocation (see `input_fn_invocations`)."""
+        mode = self.input_mode
+        if mode == InputPipelineConfig.PER_SHARD_V1:
+            return self.host_of_replica(invocation_index)
+        if mode in (InputPipelineConfig.BROADCAST, InputPipelineConfig.SLICED):
+            return 0
+        return invocation_index
 
     @property
     def batch_size_for_input_fn(self) -> Optional[int]:
@@ -149,13 +177,18 @@ class ShardingContext(object):
             )
 
     def input_fn_invocations(self) -> List[Tuple[str, int, int, int]]:
-        """One `(device, invocation_index, total_invocations, replicas_consumed)` per `input_fn` call."""
+        """One `(device, invocation_index, total_invocations, replicas_consumed)` per `input_fn` call.
+
+        PER_SHARD_V1: one per replica, on its host's CPU; BROADCAST/SLICED: one on host 0; PER_HOST_V1/V2: one per
+        host, on its CPU.
+        """
         mode = self.input_mode
+        hosts = self.host_devices
         if mode == InputPipelineConfig.PER_SHARD_V1:
-            return [(self.host_device, i, self.num_replicas, 1) for i in range(self.num_replicas)]
+            return [(hosts[self.host_of_replica(i)], i, self.num_replicas, 1) for i in range(self.num_replicas)]
         if mode in (InputPipelineConfig.BROADCAST, InputPipelineConfig.SLICED):
-            return [(self.host_device, 0, 1, self.num_replicas)]
-        return [(self.host_device, 0, self.num_hosts, self.num_of_replicas_per_host)]
+            return [(hosts[0], 0, 1, self.num_replicas)]
+        return [(hosts[h], h, self.num_hosts, self.num_of_replicas_per_host) for h in range(self.num_hosts)]
 
 
 class TPUContext(object):
@@ -208,7 +241,7 @@ class TPUContext(object):
 
     @property
     def num_hosts(self) -> int:
-        """The number of hosts (1 in one process)."""
+        """The number of hosts: the tasks of the cluster's job (1 without a cluster)."""
         return self._internal_ctx.num_hosts
 
     @property
@@ -249,9 +282,17 @@ class TPUContext(object):
         """
         if not 0 <= replica_id < self.num_replicas:
             raise ValueError("replica_id must be in [0, {}), got {}".format(self.num_replicas, replica_id))
-        return self._internal_ctx.host_device, replica_id
+        ctx = self._internal_ctx
+        host = ctx.host_of_replica(replica_id)
+        return ctx.host_devices[host], replica_id - host * ctx.num_of_replicas_per_host
 
     def tpu_host_placement_function(self, host_id: int = 0, replica_id: Optional[int] = None) -> str:
-        """The host device (this process's CPU) for any host or replica."""
-        del host_id, replica_id
-        return self._internal_ctx.host_device
+        """The CPU of a host (of the replica's host when `replica_id` is given); this process's CPU off a cluster."""
+        ctx = self._internal_ctx
+        if not ctx.on_cluster:
+            return ctx.host_device
+        if replica_id is not None:
+            host_id = ctx.host_of_replica(replica_id)
+        if not 0 <= host_id < ctx.num_hosts:
+            raise ValueError("host_id must be in [0, {}), got {}".format(ctx.num_hosts, host_id))
+        return ctx.host_devices[host_id]

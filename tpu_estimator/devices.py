@@ -16,8 +16,8 @@ def num_gpus() -> int:
     return len(tf.config.list_physical_devices("GPU"))
 
 
-def resolve_num_shards(configured: Optional[int]) -> int:
-    """The shard count: `$TPU_ESTIMATOR_NUM_SHARDS`, else `configured`, else the GPU count, else 1.
+def configured_num_shards(configured: Optional[int]) -> Optional[int]:
+    """The shard count asked for: `$TPU_ESTIMATOR_NUM_SHARDS`, else `configured`, else None (use the devices).
 
     Raises:
       ValueError: the environment variable is not a positive integer.
@@ -33,7 +33,16 @@ def resolve_num_shards(configured: Optional[int]) -> int:
         return value
     if configured:
         return int(configured)
-    return max(num_gpus(), 1)
+    return None
+
+
+def resolve_num_shards(configured: Optional[int]) -> int:
+    """The shard count: `$TPU_ESTIMATOR_NUM_SHARDS`, else `configured`, else the GPU count, else 1.
+
+    Raises:
+      ValueError: the environment variable is not a positive integer.
+    """
+    return configured_num_shards(configured) or max(num_gpus(), 1)
 
 
 def shard_devices(num_shards: int) -> List[str]:

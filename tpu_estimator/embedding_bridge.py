@@ -73,6 +73,8 @@ class EmbeddingBridge(object):
       mode: a `ModeKeys` value; only TRAIN creates optimizer slots and updates tables.
       replica_batch_size: the per-replica batch size (`params['batch_size']` of `model_fn`).
       host_device: where ids are joined and deduplicated, activations split and updates computed.
+      python_ops: whether the host stage may call this process's Python (`tf.numpy_function`); False when
+        `host_device` is another process's (a cluster's host).
 
     Raises:
       ValueError: invalid spec contents.
@@ -86,9 +88,11 @@ class EmbeddingBridge(object):
         mode: str,
         replica_batch_size: int,
         host_device: str,
+        python_ops: bool = True,
     ):
         self._spec = spec
         self._host_device = host_device
+        self._python_ops = python_ops
         self._replica_batch_size = replica_batch_size
         self._resolved = resolve_embedding_config(spec)
         self._num_replicas = num_replicas
@@ -216,7 +220,7 @@ class EmbeddingBridge(object):
                     )
         # The engine's own scope ("embedding_preprocess") beside ours, not in it: shorter names of many ops.
         with tf.device(self._host_device):
-            batches = self.engine.preprocess(global_ids, global_weights)
+            batches = self.engine.preprocess(global_ids, global_weights, python_ops=self._python_ops)
         for replica, (features, labels) in enumerate(per_replica):
             features = {k: v for k, v in features.items() if k not in self._resolved.raw_keys}
             for key, pieces in lengths.items():

@@ -6,6 +6,7 @@ return tensors (allowed outside PREDICT in every input mode but PER_HOST_V2, as 
 queue by an infeed thread (`TensorInfeedHook`).
 """
 
+import contextlib
 import threading
 import time
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
@@ -17,6 +18,7 @@ from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.tpu_config import InputPipelineConfig
 
 ModeKeys = _estimator_lib.ModeKeys
+_REMOTE_ENQUEUE_TIMEOUT_MS = 24 * 3600 * 1000
 
 
 def split_features_and_labels(element: Any) -> Tuple[Any, Any]:
@@ -67,11 +69,16 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
         self._thread.start()
 
     def _feed(self, session) -> None:
+        # On a cluster every run has a deadline (cluster.py); an enqueue legitimately waits for the loop to dequeue
+        # for as long as the client pauses (checkpoints, hooks), so it gets its own. A lost host still fails it.
+        options = None
+        if getattr(session, "sess_str", ""):
+            options = tf.compat.v1.RunOptions(timeout_in_ms=_REMOTE_ENQUEUE_TIMEOUT_MS)
         try:
             if self._sleep_secs:
                 time.sleep(self._sleep_secs)
             while not self._stop.is_set():
-                session.run(self._enqueue_op)
+                session.run(self._enqueue_op, options=options)
         except (tf.errors.CancelledError, tf.errors.OutOfRangeError) as error:
             if not self._stop.is_set() and isinstance(error, tf.errors.OutOfRangeError):
                 self._close(session)
@@ -250,8 +257,8 @@ class _PerHostV2Reader(object):
     all-padding batch (upstream's stopping signals); the step fails with OutOfRange only when no replica got data.
     """
 
-    def __init__(self, source: "_Source", ctx: ShardingContext):
-        self._source = source
+    def __init__(self, sources: List["_Source"], ctx: ShardingContext):
+        self._sources = sources  # one per host
         self._ctx = ctx
 
     def read(self) -> StepInput:
@@ -260,16 +267,22 @@ class _PerHostV2Reader(object):
         chained = not ctx.config.tpu_config.experimental_allow_per_host_v2_parallel_get_next
         per_replica, elements, has_values = [], [], []
         previous = None
-        for _ in range(ctx.num_replicas):
+        raise_end = None
+        for replica in range(ctx.num_replicas):
+            host = ctx.host_of_replica(replica)
+            source = self._sources[host]
+            if replica % ctx.num_of_replicas_per_host == 0:
+                previous = None  # each host reads its own dataset
             with tf.control_dependencies([previous] if chained and previous is not None else []):
                 if predict:
                     # A replica past the end of the input gets a copy of replica 0's batch, all padding.
-                    element, has_value, raise_end = self._source.get_next_or_empty(elements[0] if elements else None)
+                    element, has_value, host_raise_end = source.get_next_or_empty(elements[0] if elements else None)
+                    raise_end = raise_end or host_raise_end
                     elements.append(element)
                     has_values.append(has_value)
                     features, labels = split_features_and_labels(element)
                 else:
-                    features, labels = self._source.get_next()
+                    features, labels = source.get_next()
             # Composites are expanded: a SparseTensor cannot be a control input, its component tensors can.
             previous = tf.nest.flatten((features, labels), expand_composites=True)[0]
             per_replica.append((features, labels))
@@ -282,10 +295,11 @@ class _PerHostV2Reader(object):
             guard = tf.cond(any_value, lambda: tf.constant(True), raise_end)
         padded, masks = [], []
         with tf.control_dependencies([guard]):
-            for structure, has_value in zip(per_replica, has_values):
-                structure, mask = _pad(structure, ctx.global_batch_size // ctx.num_replicas, ctx.host_device)
+            for replica, (structure, has_value) in enumerate(zip(per_replica, has_values)):
+                host_device = ctx.host_devices[ctx.host_of_replica(replica)]
+                structure, mask = _pad(structure, ctx.global_batch_size // ctx.num_replicas, host_device)
                 padded.append(structure)
-                with tf.device(ctx.host_device):
+                with tf.device(host_device):
                     masks.append(tf.logical_and(mask, has_value))
         return StepInput(padded, masks)
 
@@ -304,29 +318,43 @@ class _HostBatchReader(object):
     """PER_HOST_V1 and SLICED: one host batch split over the replicas on `batch_axis`; BROADCAST: every replica
     gets the whole batch (in PREDICT only replica 0's rows are real)."""
 
-    def __init__(self, source: "_Source", ctx: ShardingContext, batch_axis: Optional[Sequence[int]], broadcast: bool):
-        self._source = source
+    def __init__(
+        self, sources: List["_Source"], ctx: ShardingContext, batch_axis: Optional[Sequence[int]], broadcast: bool
+    ):
+        self._sources = sources  # PER_HOST_V1: one per host, each split over its host's replicas
         self._ctx = ctx
         self._batch_axis = batch_axis
         self._broadcast = broadcast
 
     def read(self) -> StepInput:
+        if len(self._sources) == 1:
+            return self._read_host(self._sources[0], self._ctx.num_replicas, self._ctx.global_batch_size, 0)
+        per_replica, masks = [], []
+        per_host = self._ctx.num_of_replicas_per_host
+        host_batch = None if self._ctx.global_batch_size is None else self._ctx.global_batch_size // len(self._sources)
+        for host, source in enumerate(self._sources):
+            step = self._read_host(source, per_host, host_batch, host)
+            per_replica += step.per_replica
+            masks += step.padding_masks or []
+        return StepInput(per_replica, masks or None)
+
+    def _read_host(self, source: "_Source", num: int, batch_size: Optional[int], host: int) -> StepInput:
         ctx = self._ctx
-        num = ctx.num_replicas
-        features, labels = self._source.get_next()
+        host_device = ctx.host_devices[host]
+        features, labels = source.get_next()
         mask = None
         if ctx.mode == ModeKeys.PREDICT:
-            (features, labels), mask = _pad((features, labels), ctx.global_batch_size, ctx.host_device)
+            (features, labels), mask = _pad((features, labels), batch_size, host_device)
         else:
             _check_static_shapes(features, labels)
         if self._broadcast:
             masks = None if mask is None else [mask] + [tf.zeros_like(mask)] * (num - 1)
             return StepInput([(features, labels)] * num, masks)
-        masks = None if mask is None else (tf.split(mask, num) if num > 1 else [mask])
-        return StepInput(self._split(features, labels), masks)
+        with tf.device(host_device) if ctx.on_cluster else contextlib.nullcontext():
+            masks = None if mask is None else (tf.split(mask, num) if num > 1 else [mask])
+        return StepInput(self._split(features, labels, num, host_device), masks)
 
-    def _split(self, features: Any, labels: Any) -> List[Tuple[Any, Any]]:
-        num = self._ctx.num_replicas
+    def _split(self, features: Any, labels: Any, num: int, host_device: str) -> List[Tuple[Any, Any]]:
         if num == 1:
             return [(features, labels)]
         structure = (features, labels)
@@ -335,7 +363,7 @@ class _HostBatchReader(object):
         axes = list(self._batch_axis) if self._batch_axis is not None else [0] * len(flat)
         if len(axes) != len(flat):
             raise ValueError("batch_axis has {} entries but input_fn returned {} tensors.".format(len(axes), len(flat)))
-        with tf.device(self._ctx.host_device):
+        with tf.device(host_device):
             pieces = [
                 [None] * num if t is None else _split(t, num, axis, name) for t, axis, name in zip(flat, axes, names)
             ]
@@ -429,7 +457,7 @@ class InputPipeline(object):
                 input_device=device,
                 invocation_index=index,
                 call_from_input_fn=True,
-                host_id=0,
+                host_id=ctx.host_of_invocation(index),
                 replicas_consumed=consumed,
                 total_invocations=total,
             )
@@ -443,12 +471,12 @@ class InputPipeline(object):
                 raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
             sources.append(_Source(result, device, allow_tensors, sleep_secs))
         if input_mode == InputPipelineConfig.PER_HOST_V2:
-            self._reader = _PerHostV2Reader(sources[0], ctx)
+            self._reader = _PerHostV2Reader(sources, ctx)
         elif input_mode == InputPipelineConfig.PER_SHARD_V1:
             self._reader = _PerShardReader(sources)
         else:
             broadcast = input_mode == InputPipelineConfig.BROADCAST
-            self._reader = _HostBatchReader(sources[0], ctx, self._batch_axis, broadcast)
+            self._reader = _HostBatchReader(sources, ctx, self._batch_axis, broadcast)
         initializers = [s.initializer for s in sources if s.initializer is not None]
         hooks = [s.hook for s in sources if s.hook is not None]
         if initializers:

@@ -284,6 +284,39 @@ def build_replicas(fn: Callable[[int], Any], devices: Sequence[str]) -> Replicat
     return ReplicatedBuild(results, coordinator.num_reductions)
 
 
+def _by_task(devices: Sequence[str]) -> "dict[tuple, List[int]]":
+    """Positions of `devices` grouped by their task (`(job, replica, task)`), in first-appearance order."""
+    tasks = {}
+    for position, device in enumerate(devices):
+        spec = tf.DeviceSpec.from_string(device)
+        tasks.setdefault((spec.job, spec.replica, spec.task), []).append(position)
+    return tasks
+
+
+def _sum_over_hosts(values: List[tf.Tensor], devices: Sequence[str]) -> List[tf.Tensor]:
+    """The sum of values that live on several hosts: each host adds its own, then the host sums are added.
+
+    One tensor per host crosses the network to the first host and one copy of the total goes back to each host
+    (never one per replica); the replicas of a host share their host's copy.
+    """
+    tasks = _by_task(devices)
+    partial = []
+    for positions in tasks.values():
+        with tf.device(devices[positions[0]]):
+            members = [values[p] for p in positions]
+            partial.append(tf.math.add_n(members) if len(members) > 1 else tf.identity(members[0]))
+    first = next(iter(tasks.values()))[0]
+    with tf.device(devices[first]):
+        total = tf.math.add_n(partial)
+    outputs = [None] * len(values)
+    for positions in tasks.values():
+        with tf.device(devices[positions[0]]):
+            local = tf.identity(total)
+        for p in positions:
+            outputs[p] = local
+    return outputs
+
+
 def _sum_groups(values: List[tf.Tensor], devices: Sequence[str], group_assignment) -> List[tf.Tensor]:
     """Sums `values` within each group of replicas; one result per replica."""
     num_replicas = len(values)
@@ -297,7 +330,10 @@ def _sum_groups(values: List[tf.Tensor], devices: Sequence[str], group_assignmen
     for group in groups:
         group = [int(r) for r in group]
         members = [values[r] for r in group]
-        if all(devices[r].startswith("/device:GPU") for r in group) and len(group) > 1:
+        group_devices = [devices[r] for r in group]
+        if len(_by_task(group_devices)) > 1:
+            summed = _sum_over_hosts(members, group_devices)
+        elif all(devices[r].startswith("/device:GPU") for r in group) and len(group) > 1:
             summed = _tf_internal.nccl_all_sum(members, [devices[r] for r in group])
         else:
             with tf.device(devices[group[0]]):

@@ -65,6 +65,7 @@ def embedding_bridge(settings: ShardedSettings, ctx: ShardingContext) -> Optiona
         ctx.mode,
         ctx.batch_size_for_model_fn,
         ctx.host_device,
+        python_ops=not ctx.on_cluster,
     )
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib
+from tpu_estimator import cluster as cluster_lib
 from tpu_estimator import devices as devices_lib
 
 _ITERATIONS_PER_LOOP_VALUE_REGEX = re.compile(r"^(?P<value>[1-9]\d*)((?P<suffix>[smh])$|$)")
@@ -94,7 +95,8 @@ class TPUConfig(
       overrides it.
     * `num_cores_per_replica` (model parallelism) and `input_partition_dims` (spatial partitioning) need a TPU's
       XLA SPMD partitioner: values other than `None`/1 are rejected when the estimator runs on shards.
-    * `tpu_job_name`: only used to name the job in logs; shards run in this process.
+    * `tpu_job_name`: on a cluster (docs/DISTRIBUTED.md), the job whose tasks are the hosts (default `worker`, or
+      the cluster's only job); without a cluster, shards run in this process.
     * `initial_infeed_sleep_secs`: the infeed thread sleeps this long before its first enqueue.
     * `experimental_feed_hook`: a `SessionRunHook` class replacing our infeed hook; it is constructed with the
       same arguments as upstream's (`ctx, enqueue_ops, dequeue_ops, ...`) only on a TPU, so it is rejected here.
@@ -191,8 +193,9 @@ class RunConfig(_estimator_lib.BaseRunConfig):
       tpu_config: the `TPUConfig`; default `TPUConfig()`.
       evaluation_master: address of the master for evaluation; defaults to `master`.
       master: address of the master for training ('' or None: in-process).
-      cluster: a `tf.distribute.cluster_resolver.ClusterResolver` (e.g. `TPUClusterResolver`); its master and
-        cluster spec are used as upstream does.
+      cluster: a `tf.distribute.cluster_resolver.ClusterResolver` (e.g. `TPUClusterResolver`). A non-empty
+        cluster spec makes the tasks of `TPUConfig.tpu_job_name` the hosts of the shards (docs/DISTRIBUTED.md);
+        so do `master='grpc://...'` with `session_config.cluster_def`, and a `TF_CONFIG` cluster with that job.
       xla_compile_shards: compile each shard's computation (the ops `model_fn` builds on the shard) with XLA, as
         a TPU would. Off by default: on CPUs, TensorFlow's own kernels are usually as fast (see BENCHMARKS.md).
       **kwargs: every `tf.estimator.RunConfig` argument.
@@ -226,6 +229,19 @@ class RunConfig(_estimator_lib.BaseRunConfig):
                 raise ValueError("You cannot provide a ClusterResolver and session_config.cluster_def.")
             if self._cluster_spec:
                 self._session_config.cluster_def.CopyFrom(self._cluster_spec.as_cluster_def())
+        self._tpu_cluster = cluster_lib.from_run_config(
+            cluster,
+            master,
+            kwargs.get("session_config"),
+            cluster_lib.tf_config_cluster_spec() if cluster is None else None,
+            self._tpu_config.tpu_job_name,
+        )
+        self._shard_layouts = {}
+        if self._tpu_cluster is not None:
+            # The client talks to the cluster through task 0's master service (see cluster.py).
+            self._master = self._tpu_cluster.target
+            if evaluation_master is None:
+                self._evaluation_master = self._tpu_cluster.target
 
     def _maybe_overwrite_session_config_for_distributed_training(self):
         # Shards run in-graph: no device filters (as upstream).
@@ -248,6 +264,30 @@ class RunConfig(_estimator_lib.BaseRunConfig):
         return self._cluster
 
     @property
+    def tpu_cluster(self) -> Optional[cluster_lib.Cluster]:
+        """The hosts the shards run on (`cluster.Cluster`), or None when they run in this process."""
+        return getattr(self, "_tpu_cluster", None)
+
+    def shard_layout(self) -> cluster_lib.ShardLayout:
+        """The shard devices and host devices; on a cluster, discovered from the workers (once per config).
+
+        Raises:
+          cluster.ClusterError: the cluster cannot be reached.
+          ValueError: the shards do not divide over the hosts' devices.
+        """
+        tpu_config = self._tpu_config
+        cluster = self.tpu_cluster
+        if cluster is None:
+            num_shards = self.num_shards
+            return cluster_lib.local_layout(devices_lib.shard_devices(num_shards), devices_lib.HOST_DEVICE)
+        configured = devices_lib.configured_num_shards(tpu_config.num_shards)
+        if configured not in self._shard_layouts:
+            devices = cluster_lib.discover_devices(cluster, self.session_config)
+            num_shards = configured or sum(len(d) for d in devices.values())
+            self._shard_layouts[configured] = cluster_lib.cluster_layout(cluster, num_shards, devices)
+        return self._shard_layouts[configured]
+
+    @property
     def xla_compile_shards(self) -> bool:
         """Whether shard computations are compiled with XLA."""
         return self._xla_compile_shards
@@ -256,6 +296,8 @@ class RunConfig(_estimator_lib.BaseRunConfig):
     def num_shards(self) -> int:
         """The number of shards (replicas) this configuration runs on."""
         tpu_config = getattr(self, "_tpu_config", None)  # None while the base class initialises.
+        if self.tpu_cluster is not None:
+            return len(self.shard_layout().devices)
         return devices_lib.resolve_num_shards(tpu_config.num_shards if tpu_config else None)
 
     @property
@@ -264,6 +306,8 @@ class RunConfig(_estimator_lib.BaseRunConfig):
         base = self._session_config
         if base is None:
             base = _estimator_lib.get_default_session_config()
+        if self.tpu_cluster is not None:
+            return cluster_lib.session_config(base)
         return devices_lib.session_config_for_shards(base, self.num_shards)
 
     def replace(self, **kwargs):
@@ -272,4 +316,5 @@ class RunConfig(_estimator_lib.BaseRunConfig):
         tpu_config = kwargs.pop("tpu_config")
         new_instance = super(RunConfig, self).replace(**kwargs)
         new_instance._tpu_config = tpu_config
+        new_instance._shard_layouts = {}
         return new_instance

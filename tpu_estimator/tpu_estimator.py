@@ -6,6 +6,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib, cpu_path, eval_step, predict_step, sharded_step, train_guard
+from tpu_estimator import cluster as cluster_lib
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator.context import ShardingContext
 from tpu_estimator.tpu_config import (
@@ -168,12 +169,30 @@ class TPUEstimator(_estimator_lib.Estimator):
           tpu_estimator.model_dir_lock.ModelDirLockedError: another process trains into `model_dir`.
           tpu_estimator.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
           ValueError: `per_host_input_for_training` is SLICED (an evaluation/prediction configuration).
+          tpu_estimator.cluster.ClusterError: on a cluster, a host is lost or cannot write `model_dir`.
         """
         check_training_input_configuration(self.config.tpu_config)
-        with train_guard.guard_training(self, steps, max_steps, saving_listeners) as guarded:
+        with (
+            cluster_lib.reporting_faults(self._config.tpu_cluster, "train()"),
+            train_guard.guard_training(self, steps, max_steps, saving_listeners) as guarded,
+        ):
             if guarded.already_done:
                 return self
+            if self._config.tpu_cluster is not None:
+                cluster_lib.check_model_dir(self._config.tpu_cluster, self._model_dir, self._config.session_config)
             return super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
+
+    def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
+        """The Estimator's `evaluate`; on a cluster a lost host raises `cluster.ClusterError` naming it."""
+        with cluster_lib.reporting_faults(self._config.tpu_cluster, "evaluate()"):
+            return super(TPUEstimator, self).evaluate(input_fn, steps, hooks, checkpoint_path, name)
+
+    def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None, yield_single_examples=True):
+        """The Estimator's `predict`; on a cluster a lost host raises `cluster.ClusterError` naming it."""
+        with cluster_lib.reporting_faults(self._config.tpu_cluster, "predict()"):
+            yield from super(TPUEstimator, self).predict(
+                input_fn, predict_keys, hooks, checkpoint_path, yield_single_examples
+            )
 
     def _call_input_fn(self, input_fn, mode, input_context=None):
         """Calls `input_fn` on the CPU path; on shards returns it deferred, to be called inside `model_fn`."""

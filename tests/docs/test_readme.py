@@ -292,6 +292,19 @@ def check_rm(words: List[str]) -> None:
     assert words[1:] == ["-rf", demo_dir.group(1)], f"{words}: the README only removes the demo's output"
 
 
+def check_server(words: List[str]) -> None:
+    """`tpu-estimator-server` flags exist and its --cluster value parses."""
+    from tpu_estimator import cluster_server
+
+    source = Path(cluster_server.__file__).read_text()
+    defined = set(re.findall(r"flags\.DEFINE_\w+\(\s*\"(\w+)\"", source))
+    for name in flag_names(words[1:]):
+        assert name in defined, f"--{name}: not a flag of tpu-estimator-server (it defines {sorted(defined)})"
+    for word in words[1:]:
+        if word.startswith("--cluster="):
+            cluster_server.parse_cluster(word.split("=", 1)[1])
+
+
 def check_pip(words: List[str]) -> None:
     assert words[1:] == ["install", "-e", "."] and (REPO / "setup.cfg").is_file(), words
 
@@ -316,6 +329,8 @@ def test_shell_commands_and_flags_exist(item):
         check_rm(words)
     elif program == "pip":
         check_pip(words)
+    elif program == "tpu-estimator-server":
+        check_server(words)
     else:
         pytest.fail(f"{words[0]}: a command tests/docs/test_readme.py does not check; add a check for it")
     if words[0].startswith(".venv/bin/"):

@@ -549,3 +549,21 @@ def test_sorted_unique_host_path_in_tf1_while_loop():
         _, total = tf.compat.v1.while_loop(lambda i, _: i < 3, body, [tf.constant(0), tf.constant(0, tf.int64)])
         with tf.compat.v1.Session() as sess:
             assert sess.run(total) == batches.sum()
+
+
+def test_python_ops_false_builds_tensorflow_ops_only_with_the_same_batches():
+    # Above _HOST_SORT_MIN_IDS ids the dedup is a NumPy host call, which a remote worker cannot run.
+    table = Table(100, 2, "sum", name="t")
+    config = {"a": Feature(table, name="a")}
+    ids = np.random.RandomState(0).randint(0, 100, size=[pp._HOST_SORT_MIN_IDS + 10, 1]).astype(np.int64)
+    results = {}
+    for python_ops in (True, False):
+        with tf.Graph().as_default() as graph:
+            batches = pp.preprocess_features({"a": tf.constant(ids)}, config, python_ops=python_ops)
+            op_types = {op.type for op in graph.get_operations()}
+            with tf.compat.v1.Session() as sess:
+                results[python_ops] = sess.run([batches["t"].unique_ids, batches["t"].features["a"].unique_index])
+        assert any(t.startswith("PyFunc") for t in op_types) == python_ops, op_types
+    np.testing.assert_array_equal(results[False][0], np.unique(ids))
+    for got, expected in zip(results[False], results[True]):
+        np.testing.assert_array_equal(got, expected)

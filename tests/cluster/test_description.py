@@ -1,0 +1,166 @@
+"""The cluster description, shard layout, session config and cross-host sums, without worker processes."""
+
+import json
+
+import pytest
+import tensorflow as tf
+
+import tpu_estimator as te
+from tpu_estimator import cluster as cluster_lib
+from tpu_estimator import devices as devices_lib
+from tpu_estimator import replication
+
+SPEC = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
+
+
+def _resolver(spec=SPEC, master=""):
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(spec), master=master)
+
+
+def test_from_a_cluster_resolver():
+    config = te.RunConfig(cluster=_resolver())
+    assert config.tpu_cluster == cluster_lib.Cluster(
+        "worker", ("127.0.0.1:2222", "127.0.0.1:2223"), "grpc://127.0.0.1:2222"
+    )
+    assert config.master == config.evaluation_master == "grpc://127.0.0.1:2222"
+    # The workers know the cluster: a session cluster_def naming task 0 is refused by TensorFlow, so none is sent.
+    session_config = config.session_config
+    assert not session_config.HasField("cluster_def")
+    assert session_config.operation_timeout_in_ms == cluster_lib.DEFAULT_OPERATION_TIMEOUT_MS
+
+
+def test_resolver_master_and_user_deadline_are_kept():
+    user = tf.compat.v1.ConfigProto(operation_timeout_in_ms=1234)
+    config = te.RunConfig(cluster=_resolver(master="grpc://127.0.0.1:2223"), session_config=user)
+    assert config.master == "grpc://127.0.0.1:2223"
+    assert config.session_config.operation_timeout_in_ms == 1234
+
+
+def test_from_master_and_session_cluster_def():
+    user = tf.compat.v1.ConfigProto()
+    user.cluster_def.CopyFrom(tf.train.ClusterSpec({"hosts": SPEC["worker"]}).as_cluster_def())
+    config = te.RunConfig(master="grpc://127.0.0.1:2222", session_config=user)
+    assert config.tpu_cluster.job == "hosts"  # the only job
+    assert config.tpu_cluster.addresses == tuple(SPEC["worker"])
+    assert not config.session_config.HasField("cluster_def")
+
+
+def test_from_tf_config(monkeypatch):
+    tf_config = {"cluster": {"chief": ["127.0.0.1:2221"], **SPEC}, "task": {"type": "chief", "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+    config = te.RunConfig()
+    assert config.tpu_cluster.addresses == tuple(SPEC["worker"])
+    assert config.master == "grpc://127.0.0.1:2222"
+
+
+def test_tf_config_without_the_hosts_job_is_no_cluster(monkeypatch):
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": {"chief": ["127.0.0.1:2221"]}, "task": {"type": "chief", "index": 0}})
+    )
+    assert te.RunConfig().tpu_cluster is None
+
+
+def test_tpu_job_name_picks_the_job():
+    spec = {"worker": ["127.0.0.1:1"], "tpu_hosts": SPEC["worker"]}
+    config = te.RunConfig(cluster=_resolver(spec), tpu_config=te.TPUConfig(tpu_job_name="tpu_hosts"))
+    assert config.tpu_cluster.job == "tpu_hosts"
+    with pytest.raises(
+        ValueError, match=r"tpu_job_name='nope' is not a job of the cluster \(jobs: \['tpu_hosts', 'worker'\]\)"
+    ):
+        te.RunConfig(cluster=_resolver(spec), tpu_config=te.TPUConfig(tpu_job_name="nope"))
+    with pytest.raises(ValueError, match="none is named 'worker': set TPUConfig.tpu_job_name"):
+        te.RunConfig(cluster=_resolver({"a": ["h:1"], "b": ["h:2"]}))
+
+
+def test_local_runs_are_unchanged():
+    config = te.RunConfig(tpu_config=te.TPUConfig(num_shards=4))
+    assert config.tpu_cluster is None
+    expected = devices_lib.session_config_for_shards(te.RunConfig().session_config, 4)
+    assert config.session_config == expected
+    layout = config.shard_layout()
+    assert layout.devices == tuple("/device:CPU:%d" % i for i in range(4))
+    assert layout.host_devices == ("/device:CPU:0",)
+
+
+def test_shards_must_divide_over_hosts():
+    cluster = cluster_lib.Cluster("worker", tuple(SPEC["worker"]), "grpc://127.0.0.1:2222")
+    devices = {
+        0: ["/job:worker/task:0/device:CPU:0", "/job:worker/task:0/device:CPU:1"],
+        1: ["/job:worker/task:1/device:CPU:0", "/job:worker/task:1/device:CPU:1"],
+    }
+    layout = cluster_lib.cluster_layout(cluster, 4, devices)
+    assert layout.devices == tuple(devices[0] + devices[1])
+    assert layout.host_devices == ("/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0")
+    assert [layout.host_of_replica(r) for r in range(4)] == [0, 0, 1, 1]
+    with pytest.raises(ValueError) as error:
+        cluster_lib.cluster_layout(cluster, 3, devices)
+    message = str(error.value)
+    assert "num_shards=3 must divide evenly over the 2 hosts of job 'worker'" in message
+    assert (
+        "/job:worker/task:1 (127.0.0.1:2223): /job:worker/task:1/device:CPU:0, /job:worker/task:1/device:CPU:1"
+        in message
+    )
+    with pytest.raises(
+        ValueError, match=r"num_shards=6 needs 3 devices on each of the 2 hosts, but /job:worker/task:0"
+    ):
+        cluster_lib.cluster_layout(cluster, 6, devices)
+
+
+def test_dense_sums_add_per_host_then_across_hosts():
+    devices = ["/job:worker/task:%d/device:CPU:%d" % (h, j) for h in range(2) for j in range(2)]
+    with tf.Graph().as_default() as graph:
+        values = []
+        for device in devices:
+            with tf.device(device):
+                values.append(tf.constant([1.0, 2.0]) * float(len(values) + 1))
+        first_op = len(graph.get_operations())
+        sums = replication._sum_groups(values, devices, None)
+        built = graph.get_operations()[first_op:]
+        adds = [op for op in built if op.type == "AddN"]
+        # Per host one AddN of its 2 replicas, then one AddN of the 2 host sums on host 0.
+        assert sorted((op.device, len(op.inputs)) for op in adds) == [
+            ("/job:worker/task:0/device:CPU:0", 2),
+            ("/job:worker/task:0/device:CPU:0", 2),
+            ("/job:worker/task:1/device:CPU:0", 2),
+        ]
+        # Every input crossing hosts is one per host (host 1's sum in, the total out), never a replica's value.
+        crossing = [
+            (t.op.name, op.name)
+            for op in built
+            for t in op.inputs
+            if tf.DeviceSpec.from_string(t.device).task != tf.DeviceSpec.from_string(op.device).task
+        ]
+        assert len(crossing) == 2
+        assert [s.device for s in sums] == [devices[0], devices[0], devices[2], devices[2]]
+        # The values: the same graph without devices, run here.
+        graph_def = graph.as_graph_def()
+    for node in graph_def.node:
+        node.device = ""
+    with tf.Graph().as_default():
+        names = [s.name for s in sums]
+        outputs = tf.compat.v1.import_graph_def(graph_def, return_elements=names, name="")
+        with tf.compat.v1.Session() as session:
+            assert [list(v) for v in session.run(outputs)] == [[10.0, 20.0]] * 4
+
+
+def test_fault_error_names_the_task_and_what_to_do():
+    cluster = cluster_lib.Cluster("worker", ("127.0.0.1:1", "127.0.0.1:1"), "grpc://127.0.0.1:1")
+    error = tf.errors.UnavailableError(None, None, "From /job:worker/replica:0/task:1:\nfailed to connect")
+    message = str(cluster_lib.fault_error(cluster, "train()", error))
+    assert "train() on the cluster failed (UnavailableError: From /job:worker/replica:0/task:1:)" in message
+    # Nothing listens on port 1: both hosts are unreachable.
+    assert "host /job:worker/task:0 (127.0.0.1:1), /job:worker/task:1 (127.0.0.1:1) did not respond" in message
+    assert "Restart the worker(s) with the same cluster spec and call train() again" in message
+
+
+def test_an_unreachable_cluster_is_a_clear_error():
+    # Nothing listens on port 1: discovery fails within the session deadline, naming the target and hosts.
+    config = te.RunConfig(
+        cluster=_resolver({"worker": ["127.0.0.1:1"]}),
+        session_config=tf.compat.v1.ConfigProto(operation_timeout_in_ms=2000),
+    )
+    with pytest.raises(
+        cluster_lib.ClusterError,
+        match=r"Cannot reach the cluster at grpc://127.0.0.1:1 \(job 'worker', hosts /job:worker/task:0 \(127.0.0.1:1\)\)",
+    ):
+        config.shard_layout()

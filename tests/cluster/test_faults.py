@@ -1,0 +1,61 @@
+"""A worker killed mid-training: train() raises naming it within 60 s; restarted, train() resumes to the same end."""
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.cluster import model
+from tests.cluster.local_cluster import LocalCluster
+from tpu_estimator import cluster as cluster_lib
+
+STEPS = 8
+
+
+class _KillWorkerAt(tf.compat.v1.train.SessionRunHook):
+    """Kills a task of the cluster once training has passed `step`."""
+
+    def __init__(self, cluster: LocalCluster, task: int, step: int):
+        self._cluster, self._task, self._step = cluster, task, step
+        self.killed_at = None
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(tf.compat.v1.train.get_global_step())
+
+    def after_run(self, run_context, run_values):
+        if self.killed_at is None and run_values.results >= self._step:
+            self._cluster.kill(self._task)
+            self.killed_at = time.time()
+
+
+def test_killed_worker_fails_train_then_restarted_training_resumes(tmp_path):
+    cluster = LocalCluster(2, str(tmp_path))
+    try:
+        cluster.start()
+        # Every step reads the same global batch, so a resumed run sees what an uninterrupted one sees.
+        input_fn = model.make_input_fn(rows=model.BATCH)
+        est = model.estimator(tmp_path / "cluster", cluster=cluster.resolver(), save_checkpoints_steps=2)
+        kill = _KillWorkerAt(cluster, task=1, step=4)
+        with pytest.raises(cluster_lib.ClusterError) as error:
+            est.train(input_fn, max_steps=STEPS, hooks=[kill])
+        assert kill.killed_at is not None
+        assert time.time() - kill.killed_at < 60
+        message = str(error.value)
+        assert "train() on the cluster failed" in message
+        assert "host /job:worker/task:1 ({}) did not respond".format(cluster.addresses[1]) in message
+        assert "Restart the worker(s)" in message
+        stopped_at = est.get_variable_value("global_step")
+        assert 2 <= stopped_at < STEPS
+
+        cluster.start([1])
+        est.train(input_fn, max_steps=STEPS)
+        assert est.get_variable_value("global_step") == STEPS
+
+        uninterrupted = model.estimator(tmp_path / "local")
+        uninterrupted.train(input_fn, max_steps=STEPS)
+        got, expected = model.variables_of(est), model.variables_of(uninterrupted)
+        for name in expected:
+            np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    finally:
+        cluster.stop()

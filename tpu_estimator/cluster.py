@@ -1,0 +1,389 @@
+"""The cluster a `TPUEstimator` runs on: hosts, session target, and the shard devices of every host.
+
+A cluster is a set of plain `tf.distribute.Server` processes of one job (default `worker`); each is a host. The
+client (the Python process calling `train()`) is outside the cluster, like a TPU client: it connects to the
+master service of task 0 (`grpc://<task 0>`) and builds one graph whose shards are placed on
+`/job:<job>/task:<i>/device:<GPU or CPU>:<j>`. The workers were booted with the cluster spec, so task 0 already
+reaches every other task: the client's session config carries no `cluster_def` (TensorFlow refuses a session
+`cluster_def` naming the task that serves the session: "The ClusterSpec names the job and task index to be the same
+names that were provided when the server booted").
+
+Without a cluster nothing here is used and shards are this process's devices (`devices.py`).
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import socket
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from tpu_estimator import _tf_internal
+
+# Deadline of session creation and of every Session.run on a cluster, unless the session config sets one: a dead
+# or unreachable worker surfaces as an error within a minute instead of a hang.
+DEFAULT_OPERATION_TIMEOUT_MS = 40_000
+DEFAULT_JOB = "worker"
+_GRPC = "grpc://"
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be reached or does not have the devices the shards need."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """The hosts of a `TPUEstimator` on a cluster.
+
+    Attributes:
+      job: the job whose tasks are the hosts (`TPUConfig.tpu_job_name`, default `worker` or the only job).
+      addresses: `host:port` of every task of the job, in task order.
+      target: the session target (`grpc://...`), task 0's unless the user named a master.
+    """
+
+    job: str
+    addresses: Tuple[str, ...]
+    target: str
+
+    @property
+    def num_hosts(self) -> int:
+        return len(self.addresses)
+
+    def task(self, host: int) -> str:
+        """`/job:<job>/task:<host>`."""
+        return "/job:{}/task:{}".format(self.job, host)
+
+    def host_device(self, host: int) -> str:
+        """The CPU of a host, where its input pipeline and host work run."""
+        return "{}/device:CPU:0".format(self.task(host))
+
+    def describe(self, host: int) -> str:
+        """`/job:worker/task:1 (127.0.0.1:2223)`, for error messages."""
+        return "{} ({})".format(self.task(host), self.addresses[host])
+
+
+def _grpc(address: str) -> str:
+    return address if "://" in address else _GRPC + address
+
+
+def _job_of(cluster_spec: tf.train.ClusterSpec, job_name: Optional[str]) -> str:
+    jobs = list(cluster_spec.jobs)
+    if job_name:
+        if job_name not in jobs:
+            raise ValueError(
+                "TPUConfig.tpu_job_name={!r} is not a job of the cluster (jobs: {}): set tpu_job_name to the job "
+                "whose tasks are the hosts.".format(job_name, sorted(jobs))
+            )
+        return job_name
+    if DEFAULT_JOB in jobs:
+        return DEFAULT_JOB
+    hosts = [j for j in jobs if j not in ("chief", "evaluator", "ps")]
+    if len(hosts) == 1:
+        return hosts[0]
+    raise ValueError(
+        "The cluster has jobs {} and none is named {!r}: set TPUConfig.tpu_job_name to the job whose tasks are the "
+        "hosts.".format(sorted(jobs), DEFAULT_JOB)
+    )
+
+
+def _addresses(cluster_spec: tf.train.ClusterSpec, job: str) -> Tuple[str, ...]:
+    tasks = cluster_spec.job_tasks(job)
+    if not tasks or any(address is None for address in tasks):
+        raise ValueError(
+            "Job {!r} of the cluster must list the address of every task 0..n-1, got {}.".format(job, tasks)
+        )
+    return tuple(tasks)
+
+
+def from_run_config(
+    resolver,
+    master: Optional[str],
+    session_config: Optional[tf.compat.v1.ConfigProto],
+    tf_config_cluster: Optional[tf.train.ClusterSpec],
+    job_name: Optional[str],
+) -> Optional[Cluster]:
+    """The cluster named by a `RunConfig`, or None for a run in this process.
+
+    In order: `cluster=<ClusterResolver>` (its spec; its `master()` or task 0 as target), `master='grpc://...'`
+    with `session_config.cluster_def`, `TF_CONFIG`'s cluster when it has the hosts' job (the target is task 0). A cluster whose spec is empty (e.g. the local `TPUClusterResolver`) is no cluster.
+
+    Args:
+      resolver: `RunConfig(cluster=...)`, or None.
+      master: `RunConfig(master=...)`, or None.
+      session_config: the user's session config, or None.
+      tf_config_cluster: the cluster spec of `TF_CONFIG`, or None.
+      job_name: `TPUConfig.tpu_job_name`, or None.
+
+    Raises:
+      ValueError: no job can be chosen, or the job's tasks have no addresses.
+    """
+    spec, target = None, None
+    if resolver is not None:
+        spec = resolver.cluster_spec()
+        target = resolver.master() or None
+    elif session_config is not None and session_config.HasField("cluster_def"):
+        spec = tf.train.ClusterSpec(session_config.cluster_def)
+        target = master or None
+    elif tf_config_cluster is not None and (job_name or DEFAULT_JOB) in tf_config_cluster.jobs:
+        # A TF_CONFIG without the hosts' job (e.g. only a chief) describes no cluster of hosts.
+        spec = tf_config_cluster
+    if spec is None or not spec.jobs:
+        return None
+    job = _job_of(spec, job_name)
+    addresses = _addresses(spec, job)
+    if not target or not target.startswith(_GRPC):
+        target = _grpc(addresses[0])
+    return Cluster(job=job, addresses=addresses, target=target)
+
+
+def tf_config_cluster_spec() -> Optional[tf.train.ClusterSpec]:
+    """The cluster of `$TF_CONFIG`, or None."""
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster")
+    return tf.train.ClusterSpec(cluster) if cluster else None
+
+
+def session_config(base: tf.compat.v1.ConfigProto) -> tf.compat.v1.ConfigProto:
+    """The client's session config on a cluster: no `cluster_def` (the workers know the cluster), deadlines set."""
+    config = tf.compat.v1.ConfigProto()
+    config.CopyFrom(base)
+    config.ClearField("cluster_def")
+    config.allow_soft_placement = True
+    if not config.operation_timeout_in_ms:
+        config.operation_timeout_in_ms = DEFAULT_OPERATION_TIMEOUT_MS
+    return config
+
+
+def _unreachable(cluster: Cluster, error: Exception) -> ClusterError:
+    return ClusterError(
+        "Cannot reach the cluster at {} (job {!r}, hosts {}): {}: {}. Start every worker (`tpu-estimator-server "
+        "--cluster=... --task=N`, or a tf.distribute.Server of that job and task) and check the addresses.".format(
+            cluster.target,
+            cluster.job,
+            ", ".join(cluster.describe(h) for h in range(cluster.num_hosts)),
+            type(error).__name__,
+            str(error).strip().splitlines()[0] if str(error).strip() else "",
+        )
+    )
+
+
+def discover_devices(cluster: Cluster, config: tf.compat.v1.ConfigProto) -> Dict[int, List[str]]:
+    """Per host, the devices shards may use: its GPUs when it has any, else its CPUs (in device order).
+
+    Raises:
+      ClusterError: the cluster cannot be reached within the session deadline, or a host has no device.
+    """
+    try:
+        with tf.Graph().as_default(), tf.compat.v1.Session(cluster.target, config=config) as session:
+            names = [d.name for d in session.list_devices()]
+    except tf.errors.OpError as error:
+        raise _unreachable(cluster, error) from error
+    by_host: Dict[int, Dict[str, List[Tuple[int, str]]]] = {h: {"GPU": [], "CPU": []} for h in range(cluster.num_hosts)}
+    for name in names:
+        spec = tf.DeviceSpec.from_string(name)
+        if spec.job != cluster.job or spec.task is None or spec.task >= cluster.num_hosts:
+            continue
+        if spec.device_type in ("GPU", "CPU"):
+            device = "{}/device:{}:{}".format(cluster.task(spec.task), spec.device_type, spec.device_index)
+            by_host[spec.task][spec.device_type].append((spec.device_index, device))
+    devices = {}
+    for host, kinds in by_host.items():
+        chosen = kinds["GPU"] or kinds["CPU"]
+        if not chosen:
+            raise ClusterError(
+                "Host {} of the cluster lists no CPU or GPU device (devices seen: {}). Is the worker of that task "
+                "running?".format(cluster.describe(host), names)
+            )
+        devices[host] = [device for _, device in sorted(chosen)]
+    return devices
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardLayout:
+    """Where the shards and the host work live.
+
+    Attributes:
+      devices: the device of every shard (replica), host-major: replica r lives on host `r // per_host`.
+      host_devices: the CPU of every host (input pipelines, host work of its shards).
+    """
+
+    devices: Tuple[str, ...]
+    host_devices: Tuple[str, ...]
+
+    @property
+    def num_hosts(self) -> int:
+        return len(self.host_devices)
+
+    @property
+    def per_host(self) -> int:
+        return len(self.devices) // len(self.host_devices)
+
+    def host_of_replica(self, replica: int) -> int:
+        return replica // self.per_host
+
+    def replicas_of_host(self, host: int) -> List[int]:
+        return list(range(host * self.per_host, (host + 1) * self.per_host))
+
+
+def local_layout(devices: Sequence[str], host_device: str) -> ShardLayout:
+    """All shards in this process, one host."""
+    return ShardLayout(tuple(devices), (host_device,))
+
+
+def cluster_layout(cluster: Cluster, num_shards: int, devices_by_host: Dict[int, List[str]]) -> ShardLayout:
+    """`num_shards` shards spread evenly over the hosts, each host's on its first devices.
+
+    Raises:
+      ValueError: `num_shards` does not divide over the hosts, or a host has fewer devices than its shards.
+    """
+    listing = "; ".join(
+        "{}: {}".format(cluster.describe(h), ", ".join(devices_by_host[h])) for h in range(cluster.num_hosts)
+    )
+    if num_shards % cluster.num_hosts != 0:
+        raise ValueError(
+            "num_shards={} must divide evenly over the {} hosts of job {!r} (hosts and their devices: {}). Set "
+            "TPUConfig.num_shards to a multiple of {}, or leave it unset to use every device.".format(
+                num_shards, cluster.num_hosts, cluster.job, listing, cluster.num_hosts
+            )
+        )
+    per_host = num_shards // cluster.num_hosts
+    short = [h for h in range(cluster.num_hosts) if len(devices_by_host[h]) < per_host]
+    if short:
+        raise ValueError(
+            "num_shards={} needs {} devices on each of the {} hosts, but {} {} fewer (hosts and their devices: {}). "
+            "Start the workers with more devices (`--cpu_shards`, or ConfigProto(device_count={{'CPU': k}})) or "
+            "lower TPUConfig.num_shards.".format(
+                num_shards,
+                per_host,
+                cluster.num_hosts,
+                ", ".join(cluster.describe(h) for h in short),
+                "has" if len(short) == 1 else "have",
+                listing,
+            )
+        )
+    devices = tuple(devices_by_host[h][j] for h in range(cluster.num_hosts) for j in range(per_host))
+    hosts = tuple(cluster.host_device(h) for h in range(cluster.num_hosts))
+    return ShardLayout(devices, hosts)
+
+
+def unreachable_hosts(cluster: Cluster, timeout_secs: float = 2.0) -> List[int]:
+    """Hosts whose server port does not accept a TCP connection (a diagnosis only: no data is exchanged)."""
+    dead = []
+    for host, address in enumerate(cluster.addresses):
+        name, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((name.strip("[]"), int(port)), timeout=timeout_secs):
+                pass
+        except (OSError, ValueError):
+            dead.append(host)
+    return dead
+
+
+def _hosts_named_in(cluster: Cluster, message: str) -> List[int]:
+    named = set()
+    for host, address in enumerate(cluster.addresses):
+        if re.search(r"/job:{}/(replica:\d+/)?task:{}\b".format(re.escape(cluster.job), host), message):
+            named.add(host)
+        if address in message:
+            named.add(host)
+    return sorted(named)
+
+
+def fault_error(cluster: Cluster, what: str, error: Exception) -> ClusterError:
+    """A `ClusterError` for a failed `train()`/`evaluate()`/`predict()`: which hosts failed and what to do."""
+    message = str(error)
+    dead = unreachable_hosts(cluster)
+    named = _hosts_named_in(cluster, message)
+    if dead:
+        culprit = "host {} did not respond".format(", ".join(cluster.describe(h) for h in dead))
+    elif named:
+        culprit = "the error names host {}, which accepts connections (restarted, or overloaded?)".format(
+            ", ".join(cluster.describe(h) for h in named)
+        )
+    else:
+        culprit = (
+            "every host accepts connections, so a Session.run outlived its deadline (session_config."
+            "operation_timeout_in_ms, default {} ms): raise it or lower TPUConfig.iterations_per_loop".format(
+                DEFAULT_OPERATION_TIMEOUT_MS
+            )
+        )
+    first_line = next((line for line in message.splitlines() if line.strip() and "=====" not in line), "")
+    return ClusterError(
+        "{} on the cluster failed ({}: {}): {}. Restart the worker(s) with the same cluster spec and call {} "
+        "again: training resumes from the last checkpoint in model_dir.".format(
+            what, type(error).__name__, first_line.strip(), culprit, what
+        )
+    )
+
+
+# Errors by which TensorFlow's runtime reports a lost or slow task.
+FAULT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
+
+
+@contextlib.contextmanager
+def reporting_faults(cluster: Optional[Cluster], what: str) -> Iterator[None]:
+    """Turns the runtime's errors of a lost task into a `ClusterError` naming it (nothing off a cluster).
+
+    `MonitoredSession`'s own recovery is off meanwhile: it would retry session creation while a worker is down.
+    """
+    if cluster is None:
+        yield
+        return
+    try:
+        with _tf_internal.without_session_recovery():
+            yield
+    except FAULT_ERRORS as error:
+        raise fault_error(cluster, what, error) from error
+
+
+_PROBE_DIR = ".tpu_estimator_hosts"
+
+
+def check_model_dir(cluster: Cluster, model_dir: str, config: tf.compat.v1.ConfigProto) -> None:
+    """Checks that every host can write `model_dir` and that the client sees what they wrote.
+
+    Each host writes a small file under `model_dir` from its own CPU (the checkpoint shards are written the same
+    way); the client then looks for the files and removes them.
+
+    Raises:
+      ClusterError: a host cannot write `model_dir`, or the client cannot see what a host wrote there.
+    """
+    probe_dir = os.path.join(model_dir, _PROBE_DIR)
+    paths = [os.path.join(probe_dir, "task_{}".format(h)) for h in range(cluster.num_hosts)]
+    with tf.Graph().as_default():
+        writes = []
+        for host, path in enumerate(paths):
+            with tf.device(cluster.host_device(host)):
+                writes.append(tf.io.write_file(path, cluster.describe(host)))
+        try:
+            with tf.compat.v1.Session(cluster.target, config=config) as session:
+                for host, write in enumerate(writes):
+                    try:
+                        session.run(write)
+                    except FAULT_ERRORS:
+                        raise
+                    except tf.errors.OpError as error:
+                        raise ClusterError(
+                            "Host {} cannot write model_dir {!r} ({}: {}). Every task writes its checkpoint shard "
+                            "there: use a path every task and the client can write (a shared file system mounted at "
+                            "the same path, or a gs:// or hdfs:// URL).".format(
+                                cluster.describe(host), model_dir, type(error).__name__, error.message.splitlines()[0]
+                            )
+                        ) from error
+        except FAULT_ERRORS as error:
+            raise _unreachable(cluster, error) from error
+    missing = [h for h, path in enumerate(paths) if not tf.io.gfile.exists(path)]
+    try:
+        tf.io.gfile.rmtree(probe_dir)
+    except tf.errors.OpError:
+        pass
+    if missing:
+        raise ClusterError(
+            "model_dir {!r} is not the same place for the client and host {}: the host wrote {} there, the client "
+            "does not see it. Every task writes its checkpoint shard into model_dir: use a path every task and the "
+            "client share (a shared file system mounted at the same path, or a gs:// or hdfs:// URL).".format(
+                model_dir, ", ".join(cluster.describe(h) for h in missing), paths[missing[0]]
+            )
+        )
