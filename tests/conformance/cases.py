@@ -106,6 +106,24 @@ _ERRORS = {
 }
 
 
+# A supported program with every axis at a plain value: tests name only the axes they vary.
+BASE_CASE = dict(
+    mode="train",
+    input_config="PER_HOST_V1",
+    shards=2,
+    iterations_per_loop=1,
+    returns="dataset",
+    labels="tensor",
+    id_format="dense",
+    key_order="ids_first_sorted",
+    embedding="none",
+    partition="div",
+    combiner="mean",
+    optimizer="adagrad",
+    signature="features_labels_mode_params",
+)
+
+
 def expected_error(case: Dict[str, Any]) -> Optional[ErrorSpec]:
     """(exception types, regex of the message) for an unsupported combination; None for a supported one.
 

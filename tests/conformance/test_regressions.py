@@ -10,21 +10,7 @@ import pytest
 import tpu_estimator as te
 from tests.conformance import cases, programs
 
-BASE = dict(
-    mode="train",
-    input_config="PER_HOST_V1",
-    shards=2,
-    iterations_per_loop=1,
-    returns="dataset",
-    labels="tensor",
-    id_format="dense",
-    key_order="ids_first_sorted",
-    embedding="dict",
-    partition="div",
-    combiner="mean",
-    optimizer="adagrad",
-    signature="features_labels_mode_params",
-)
+BASE = dict(cases.BASE_CASE, embedding="dict")
 
 
 def case_of(**overrides):

@@ -6,24 +6,10 @@ import os
 
 import tensorflow as tf
 
-from tests.conformance import programs
+from tests.conformance import cases, programs
 from tpu_estimator import hooks
 
-CASE = dict(
-    mode="train",
-    input_config="PER_HOST_V1",
-    shards=2,
-    iterations_per_loop=3,
-    returns="dataset",
-    labels="tensor",
-    id_format="dense",
-    key_order="ids_first_sorted",
-    embedding="none",
-    partition="div",
-    combiner="mean",
-    optimizer="sgd",
-    signature="features_labels_mode_params",
-)
+CASE = dict(cases.BASE_CASE, iterations_per_loop=3, optimizer="sgd")
 
 
 def test_saving_checkpoints_logs_no_serialization_warning(tmp_path, caplog):

@@ -9,21 +9,7 @@ import tensorflow as tf
 from tests.conformance import cases
 from tpu_estimator import input_pipeline
 
-BASE = dict(
-    mode="predict",
-    input_config="PER_HOST_V1",
-    shards=2,
-    iterations_per_loop=1,
-    returns="dataset",
-    labels="tensor",
-    id_format="dense",
-    key_order="ids_first_sorted",
-    embedding="none",
-    partition="div",
-    combiner="mean",
-    optimizer="adagrad",
-    signature="features_labels_mode_params",
-)
+BASE = dict(cases.BASE_CASE, mode="predict")
 
 
 def case_of(**overrides):

@@ -9,21 +9,7 @@ import pytest
 import tpu_estimator as te
 from tests.conformance import cases, programs
 
-CASE = dict(
-    mode="train_eval",
-    input_config="SLICED",
-    shards=2,
-    iterations_per_loop=1,
-    returns="dataset",
-    labels="tensor",
-    id_format="dense",
-    key_order="ids_first_sorted",
-    embedding="none",
-    partition="div",
-    combiner="mean",
-    optimizer="sgd",
-    signature="features_labels_mode_params",
-)
+CASE = dict(cases.BASE_CASE, mode="train_eval", input_config="SLICED", optimizer="sgd")
 
 
 def _estimator(model_dir, use_tpu=True):

@@ -7,21 +7,7 @@ import tensorflow as tf
 
 from tests.conformance import cases, programs
 
-BASE = dict(
-    mode="train",
-    input_config="PER_HOST_V1",
-    shards=2,
-    iterations_per_loop=1,
-    returns="tensors",
-    labels="tensor",
-    id_format="dense",
-    key_order="ids_first_sorted",
-    embedding="none",
-    partition="div",
-    combiner="mean",
-    optimizer="adagrad",
-    signature="features_labels_mode_params",
-)
+BASE = dict(cases.BASE_CASE, returns="tensors")
 
 
 def case_of(**overrides):
