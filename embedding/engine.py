@@ -320,15 +320,16 @@ class EmbeddingEngine(tf.Module):
         self, batches: Mapping[str, Any], activation_grads: Any, multiplier: Optional[tf.Tensor]
     ) -> List[tf.Tensor]:
         """One finiteness check (naming the table) of what each table's gradient is made of: the activation
-        gradients of its features, their combine gains and the multiplier. A table gradient is a gain-weighted sum of activation
-        gradient rows, so this catches every NaN/Inf input at 1/ids-per-example of the cost of checking the
-        `[U, dim]` table gradient (10x less data in workload B)."""
+        gradients of its features, the combine gains of its weighted features and the multiplier. A table gradient
+        is a gain-weighted sum of activation gradient rows, so this catches every NaN/Inf input at 1/ids-per-example
+        of the cost of checking the `[U, dim]` table gradient (10x less data in workload B). Gains without weights
+        are 1, 1/n or 1/sqrt(n) (n >= 1 ids in the row): finite by construction, not checked."""
         flat = self._flatten_grads(activation_grads)
         groups = []
         for name in self._tables:
             batch = self._batch(batches, name)
             keys = [k for k in self._features_of_table[name] if flat[k] is not None]
-            values = [flat[k] for k in keys] + [batch.features[k].gains for k in keys]
+            values = [flat[k] for k in keys] + [batch.features[k].gains for k in keys if batch.features[k].weighted]
             if multiplier is not None:
                 values.append(multiplier)
             if values:

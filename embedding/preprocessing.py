@@ -94,6 +94,8 @@ class FeatureSegments:
         a sparse `[num_segments, U]` matrix (see `combiners`), built once on the host so that the training step
         does not rebuild it; None when not precomputed.
       matrix_shape: int64 `[2]`, `[num_segments, U]` (None when `matrix_indices` is None).
+      weighted: True when the gains come from the feature's weights; False when they are the combiner's scale of
+        unit weights (1, 1/n or 1/sqrt(n) with n >= 1), finite by construction, so gradient checks skip them.
     """
 
     unique_index: tf.Tensor
@@ -105,6 +107,7 @@ class FeatureSegments:
     sorted_segments: bool = False
     matrix_indices: Optional[tf.Tensor] = None
     matrix_shape: Optional[tf.Tensor] = None
+    weighted: bool = True
 
     @property
     def static_output_shape(self) -> tf.TensorShape:
@@ -117,13 +120,13 @@ class FeatureSegments:
         static = tuple(d if isinstance(d, int) else None for d in self.output_shape)
         dynamic = tuple(d for d in self.output_shape if not isinstance(d, int))
         has_matrix = self.matrix_indices is not None
-        metadata = (static, self.is_sequence, self.sorted_segments, has_matrix)
+        metadata = (static, self.is_sequence, self.sorted_segments, has_matrix, self.weighted)
         matrix = (self.matrix_indices, self.matrix_shape) if has_matrix else ()
         return metadata, (self.unique_index, self.segment_ids, self.gains, self.num_segments) + matrix + dynamic
 
     @classmethod
     def __tf_unflatten__(cls, metadata, components):
-        static, is_sequence, sorted_segments, has_matrix = metadata
+        static, is_sequence, sorted_segments, has_matrix, weighted = metadata
         matrix = tuple(components[4:6]) if has_matrix else (None, None)
         dynamic = iter(components[6:] if has_matrix else components[4:])
         shape = [d if d is not None else next(dynamic) for d in static]
@@ -134,6 +137,7 @@ class FeatureSegments:
             sorted_segments=sorted_segments,
             matrix_indices=matrix[0],
             matrix_shape=matrix[1],
+            weighted=weighted,
         )
 
 
@@ -739,6 +743,7 @@ def _table_batch(
             sorted_segments=coo.rows_sorted,
             matrix_indices=tf.cast(tf.stack([segment_ids, tf.cast(idx, tf.int32)], axis=1), tf.int64),
             matrix_shape=tf.stack([_as_int64(coo.num_segments), num_unique]),
+            weighted=coo.weights is not None,
         )
     return TableBatch(table_name=table_name, unique_ids=unique_ids, features=dict(features), table=table)
 

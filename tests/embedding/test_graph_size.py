@@ -173,3 +173,29 @@ def test_the_first_non_finite_table_in_order_is_reported():
                     sess.run(update, {nan: np.nan, inf: np.inf})
             with pytest.raises(tf.errors.InvalidArgumentError, match="table 't2'.*: Tensor had Inf values"):
                 sess.run(update, {inf: np.inf})
+
+
+def test_the_gradient_check_reads_gains_of_weighted_features_only():
+    """Gains without weights are 1, 1/n or 1/sqrt(n): the per-step check skips them; weighted gains are checked."""
+    with tf.Graph().as_default() as graph:
+        feature_config = {
+            "weighted": config.FeatureConfig(config.TableConfig(20, 4, name="t0", combiner="mean")),
+            "plain": config.FeatureConfig(config.TableConfig(20, 4, name="t1", combiner="sqrtn")),
+        }
+        engine = EmbeddingEngine(feature_config, optimizers.SGD(0.5), num_shards=1)
+        ids = tf.sparse.from_dense(tf.constant([[1, 2], [3, 0]], tf.int64))
+        weights = tf.SparseTensor(ids.indices, tf.constant([0.5, 2.0, 1.0]), ids.dense_shape)
+        batches = engine.preprocess({"weighted": ids, "plain": ids}, weights={"weighted": weights, "plain": None})
+        assert batches["t0"].features["weighted"].weighted and not batches["t1"].features["plain"].weighted
+        # The flag survives the queue between the infeed and the step (tf.nest flattening).
+        flat = tf.nest.flatten(batches, expand_composites=True)
+        repacked = tf.nest.pack_sequence_as(batches, flat, expand_composites=True)
+        assert repacked["t0"].features["weighted"].weighted and not repacked["t1"].features["plain"].weighted
+        activations = engine.activations(batches)
+        engine.apply_gradients(batches, {k: tf.ones_like(a) for k, a in activations.items()})
+    zero = graph.get_tensor_by_name("embedding_apply_gradients/check_finite_zero:0")
+    checked = [op for op in graph.get_operations() if zero in list(op.inputs)]
+    # Two activation gradients and the weighted feature's gains: 3 tensors (4 if unweighted gains were checked).
+    assert len(checked) == 3, [op.inputs[0].name for op in checked]
+    assert any(batches["t0"].features["weighted"].gains.name == op.inputs[0].name for op in checked)
+    assert not any(batches["t1"].features["plain"].gains.name == op.inputs[0].name for op in checked)
