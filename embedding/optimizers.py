@@ -323,6 +323,24 @@ class _Optimizer(metaclass=abc.ABCMeta):
         return f"{type(self).__name__}({args})"
 
 
+# TensorFlow 2.20 made the CPU kernels of the sparse updates of resource variables (`ResourceSparseApply*`,
+# `ResourceScatterAdd/Sub`) 2-4x slower per row than 2.15-2.19 (measured per kernel on 2.15, 2.16, 2.18, 2.19,
+# 2.20 and 2.21; BENCHMARKS.md), while `ResourceGather` and `ResourceScatterUpdate` kept their speed. From 2.20 on
+# the gather -> `apply_rows` -> scatter-update path is the faster one for every optimizer at dim 16 and for most at
+# dim 64.
+_SLOW_SPARSE_APPLY_KERNELS_FROM = (2, 20)
+
+
+def prefer_fused_sparse_apply() -> bool:
+    """Whether the installed TensorFlow's fused sparse-apply kernels beat gather -> `apply_rows` -> scatter.
+
+    Both compute the same rule (`fused_sparse_apply` is used only where the kernel's formula is the TPU rule);
+    this only chooses the faster implementation for the TensorFlow version in use.
+    """
+    major, minor = (int(part) for part in tf.__version__.split(".")[:2])
+    return (major, minor) < _SLOW_SPARSE_APPLY_KERNELS_FROM
+
+
 def _resource_handle(var: Any) -> Optional[tf.Tensor]:
     """Returns the resource handle of a float32 resource variable, else None (e.g. TF1 ref variables)."""
     try:

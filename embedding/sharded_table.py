@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from embedding import checkpointing, graph_constants, preprocessing
+from embedding import checkpointing, graph_constants, optimizers, preprocessing
 from embedding import config as config_lib
 from embedding import devices as devices_lib
 from embedding.devices import DeviceLike
@@ -143,8 +143,6 @@ def make_shard_initial_value(
     if value is not None and np.ndim(value) == 0:
         # A scalar constant: tf.fill of a non-foldable value (see optimizers.ConstantInitializer) instead of a
         # full-size Const node, which would stay alive and make the variable copy itself on its first update.
-        from embedding import optimizers
-
         fill = optimizers.ConstantInitializer(float(value))
         return lambda: fill(shape, dtype=dtype)
     return lambda: initializer(shape, dtype=dtype)
@@ -509,10 +507,10 @@ class ShardedTable(tf.Module):
         return {s: self._slot_shards[s][k] for s in self._slot_names}
 
     def _apply_rows(self, k: int, local: tf.Tensor, g: tf.Tensor, lr: tf.Tensor) -> list:
-        """Lazy update of the touched rows of shard k: gather, pure rule, scatter."""
+        """Lazy update of the touched rows of shard k: a fused kernel, or gather, pure rule, scatter."""
         var, slot_vars = self._shards[k], self._slot_vars(k)
         supports_fused = getattr(self._optimizer, "supports_fused_sparse_apply", None)
-        if supports_fused is not None and supports_fused():
+        if supports_fused is not None and supports_fused() and optimizers.prefer_fused_sparse_apply():
             op = self._optimizer.fused_sparse_apply(var, slot_vars, local, g, lr)
             if op is not None:  # None: the fused path did not apply and nothing ran.
                 return [op]

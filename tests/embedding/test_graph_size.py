@@ -153,7 +153,11 @@ def test_one_finiteness_conditional_and_one_id_assert_for_all_tables():
     assert types["Merge"] + types["If"] + types["StatelessIf"] == 1  # The one tf.cond of the finiteness check.
     assert types["CheckNumerics"] == TABLES  # Its report branch: one per table, run only when a value is not finite.
     assert types["LowerBound"] == 2 * TABLES  # One shard split per table (start and end searches), not two.
-    assert types["ResourceSparseApplyAdagrad"] == 2 * TABLES
+    if optimizers.prefer_fused_sparse_apply():
+        assert types["ResourceSparseApplyAdagrad"] == 2 * TABLES  # One fused update per table shard.
+    else:
+        assert types["ResourceSparseApplyAdagrad"] == 0
+        assert types["ResourceScatterUpdate"] == 2 * 2 * TABLES  # Rows and accumulators of each table shard.
 
 
 def test_the_first_non_finite_table_in_order_is_reported():
