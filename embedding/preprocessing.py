@@ -537,37 +537,45 @@ def _feature_to_coo(
 
 
 def _ids_in_range_check(checked: List[Tuple[str, int, tf.Tensor]]) -> Any:
-    """ONE assert that every feature's ids are in `[0, vocabulary_size)`, naming the first feature that is not.
+    """ONE check that every feature's ids are in `[0, vocabulary_size)`, naming the first feature that is not.
 
-    Per feature only its smallest and largest id are computed; the comparison, the choice of the message and the
-    assert are shared, so the graph grows by a few ops per feature (an assert per feature added some thirty).
-    The message is the feature's own: "Feature 'a' (table 't'): ids must be in [0, V) (vocabulary_size);
-    smallest and largest id:" followed by the two ids.
+    Per feature only its smallest and largest id are computed; the comparison is shared, and the message (which
+    feature, its two extreme ids as strings) is built only when a check fails, in the false branch of one
+    conditional, so a passing step runs a few ops per feature plus the conditional's switches. The message is the
+    feature's own: "Feature 'a' (table 't'): ids must be in [0, V) (vocabulary_size); smallest and largest id:"
+    followed by the two ids.
 
     Args:
       checked: per feature, `(its context "Feature 'a' (table 't')", vocabulary size, its ids)`.
 
     Returns:
-      The assert op (None eagerly: a failing assert raised already).
+      A bool scalar to depend on (graph mode); eagerly a failing check has raised already.
     """
     # The extremes of int32 ids cast to int64 after the reduction; those of no ids (INT_MAX, INT_MIN) pass.
     axis = graph_constants.constant(0, tf.int32)  # The ids are 1-D.
     lowest = tf.stack([tf.cast(tf.reduce_min(ids, axis=axis), tf.int64) for _, _, ids in checked])
     highest = tf.stack([tf.cast(tf.reduce_max(ids, axis=axis), tf.int64) for _, _, ids in checked])
     bad = tf.logical_or(lowest < 0, highest >= tf.constant([vocab for _, vocab, _ in checked], tf.int64))
-    first = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    passed = tf.logical_not(tf.reduce_any(bad))
     messages = [
         f"{ctx}: ids must be in [0, {vocab}) (vocabulary_size); smallest and largest id:" for ctx, vocab, _ in checked
     ]
-    # String data only: the assert needs no guarding conditional (which int64 data would add).
-    return tf.debugging.Assert(
-        tf.logical_not(tf.reduce_any(bad)),
-        [
-            tf.gather(tf.constant(messages), first),
-            tf.strings.as_string(tf.gather(lowest, first)),
-            tf.strings.as_string(tf.gather(highest, first)),
-        ],
-    )
+
+    def report_first_bad_feature() -> tf.Tensor:
+        first = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+        # String data only: the assert needs no guarding conditional of its own (which int64 data would add).
+        failed = tf.debugging.Assert(
+            passed,
+            [
+                tf.gather(tf.constant(messages), first),
+                tf.strings.as_string(tf.gather(lowest, first)),
+                tf.strings.as_string(tf.gather(highest, first)),
+            ],
+        )
+        with tf.control_dependencies([failed] if failed is not None else []):
+            return tf.identity(passed)
+
+    return tf.cond(passed, lambda: tf.identity(passed), report_first_bad_feature)
 
 
 def _checked(coo: _Coo, checks: List[Any]) -> _Coo:

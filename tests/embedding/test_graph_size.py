@@ -150,7 +150,9 @@ def test_one_finiteness_conditional_and_one_id_assert_for_all_tables():
         engine.apply_gradients(batches, {k: tf.ones_like(a) for k, a in activations.items()})
     types = _op_types(graph)
     assert types["Assert"] == 1
-    assert types["Merge"] + types["If"] + types["StatelessIf"] == 1  # The one tf.cond of the finiteness check.
+    # Two conditionals for all tables: the finiteness check's, and the id-range check's (its report branch builds
+    # the message naming the first bad feature only when a check fails).
+    assert types["Merge"] + types["If"] + types["StatelessIf"] == 2
     assert types["CheckNumerics"] == TABLES  # Its report branch: one per table, run only when a value is not finite.
     assert types["LowerBound"] == 2 * TABLES  # One shard split per table (start and end searches), not two.
     if optimizers.prefer_fused_sparse_apply():
