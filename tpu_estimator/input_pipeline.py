@@ -153,8 +153,17 @@ class _Source(object):
             )
             element = tf.cond(optional.has_value(), optional.get_value, otherwise)
             element = tf.nest.map_structure(_with_unknown_batch, element, spec)
-            raise_end = lambda: tf.size(tf.nest.flatten(self._iterator.get_next(), expand_composites=True)[0]) < 0
-            return element, optional.has_value(), raise_end
+            return element, optional.has_value(), self._read_past_end
+
+    def _read_past_end(self) -> tf.Tensor:
+        """An op that reads the exhausted iterator (OutOfRange) and otherwise yields False.
+
+        The read is a control input, not data: Grappler folds `size(next) < 0` to a constant when the dataset's
+        batch is static (`drop_remainder=True`) and prunes the read, and the step then never ends.
+        """
+        next_element = self._iterator.get_next()
+        with tf.control_dependencies(tf.nest.flatten(next_element, expand_composites=True)):
+            return tf.identity(tf.constant(False))
 
     def get_next(self) -> Tuple[Any, Any]:
         with tf.device(self._device):

@@ -6,6 +6,7 @@ marker must then be removed. Fixed findings stay below as plain tests.
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tpu_estimator as te
 from tests.conformance import cases, programs
@@ -115,3 +116,56 @@ def test_sliced_is_refused_as_training_input_configuration(tmp_path):
     )
     with pytest.raises(ValueError, match="SLICED"):
         estimator.train(programs.make_input_fn(case, "train"), max_steps=1)
+
+
+@pytest.mark.parametrize(
+    "input_config,shards", [("PER_HOST_V1", 1), ("PER_HOST_V2", 1), ("PER_HOST_V2", 2), ("SLICED", 2)]
+)
+def test_predict_ends_on_an_input_with_a_static_batch(tmp_path, input_config, shards):
+    # `.batch(4, drop_remainder=True)` gives the batch a static size; PER_HOST_V2 PREDICT then hung after the last
+    # batch: Grappler folded the end-of-input read `size(next) < 0` to a constant and pruned the read.
+    rows, table = 12, np.arange(14, dtype=np.float32).reshape(7, 2)
+    ids = (np.arange(rows) * 3 % 7).astype(np.int64)
+    x = np.linspace(-1.0, 1.0, rows, dtype=np.float32)
+
+    def input_fn(params):
+        dataset = tf.data.Dataset.from_tensor_slices({"a": ids.reshape(-1, 1), "x": x.reshape(-1, 1)})
+        return dataset.batch(params["batch_size"], drop_remainder=True)
+
+    def model_fn(features, mode, params):
+        activation = features["a"]  # one id per row: the table's row, [rows, 2]
+        prediction = activation[:, 0] - 2.0 * activation[:, 1] + features["x"][:, 0]
+        return te.TPUEstimatorSpec(mode, predictions={"p": prediction})
+
+    spec = te.experimental.EmbeddingConfigSpec(
+        table_to_config_dict={"t": te.experimental.TableConfig(7, 2, initializer=tf.constant_initializer(table))},
+        feature_to_config_dict={"a": te.experimental.FeatureConfig("t")},
+        optimization_parameters=te.experimental.AdagradParameters(0.1),
+    )
+    config = te.RunConfig(
+        model_dir=str(tmp_path),
+        tpu_config=te.TPUConfig(
+            num_shards=shards, per_host_input_for_training=getattr(te.InputPipelineConfig, input_config)
+        ),
+    )
+    if input_config == "SLICED":
+        spec = None  # SLICED is an evaluation/prediction mode without embeddings: the dense model alone
+    estimator = te.TPUEstimator(
+        model_fn=model_fn if spec else _dense_model_fn(table),
+        config=config,
+        train_batch_size=8,
+        predict_batch_size=4,
+        embedding_config_spec=spec,
+    )
+    predictions = np.array([p["p"] for p in estimator.predict(input_fn)])
+    want = table[ids, 0] - 2.0 * table[ids, 1] + x
+    np.testing.assert_allclose(predictions, want, rtol=1e-6)
+
+
+def _dense_model_fn(table):
+    def model_fn(features, mode, params):
+        activation = tf.gather(tf.constant(table), features["a"][:, 0])
+        prediction = activation[:, 0] - 2.0 * activation[:, 1] + features["x"][:, 0]
+        return te.TPUEstimatorSpec(mode, predictions={"p": prediction})
+
+    return model_fn
