@@ -66,6 +66,14 @@ class InputPipelineConfig(object):
     SLICED = 5
 
 
+def input_pipeline_config_name(value: Any) -> str:
+    """How error messages name an input configuration, e.g. `InputPipelineConfig.PER_SHARD_V1 (1)`."""
+    for name in ("PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2", "BROADCAST", "SLICED"):
+        if value is not True and value is not False and value == getattr(InputPipelineConfig, name):
+            return "InputPipelineConfig.{} ({})".format(name, value)
+    return repr(value)
+
+
 class TPUConfig(
     collections.namedtuple(
         "TPUConfig",

@@ -14,6 +14,7 @@ from tpu_estimator.tpu_config import (
     RunConfig,
     check_positive_integer,
     check_training_input_configuration,
+    input_pipeline_config_name,
     parse_iterations_per_loop,
 )
 from tpu_estimator.train_loop import TrainLoop, TrainLoopSettings
@@ -109,8 +110,9 @@ class TPUEstimator(_estimator_lib.Estimator):
                 InputPipelineConfig.PER_HOST_V2,
             ):
                 raise ValueError(
-                    "Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got {}.".format(
-                        config.tpu_config.per_host_input_for_training
+                    "Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got {}. Set "
+                    "TPUConfig(per_host_input_for_training=InputPipelineConfig.PER_HOST_V2) (or PER_HOST_V1).".format(
+                        input_pipeline_config_name(config.tpu_config.per_host_input_for_training)
                     )
                 )
         if not export_to_cpu and not export_to_tpu:

@@ -102,8 +102,13 @@ def test_ragged_features_raise_the_static_shape_error(tmp_path, embedding):
 
 @pytest.mark.parametrize("input_config", ["PER_SHARD_V1", "BROADCAST"])
 def test_embeddings_with_per_shard_v1_or_broadcast_are_refused(tmp_path, input_config):
-    with pytest.raises(ValueError, match="Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding"):
+    # Upstream's text, then the configuration given and what to set.
+    with pytest.raises(ValueError) as raised:
         programs.make_estimator(case_of(input_config=input_config), str(tmp_path))
+    message = str(raised.value)
+    assert message.startswith("Only PER_HOST_V1 and PER_HOST_V2 is supported when using TPU Embedding; got ")
+    value = getattr(te.InputPipelineConfig, input_config)
+    assert "got InputPipelineConfig.{} ({}). Set TPUConfig(".format(input_config, value) in message
 
 
 def test_sliced_is_refused_as_training_input_configuration(tmp_path):
