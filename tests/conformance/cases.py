@@ -48,11 +48,13 @@ AXES = collections.OrderedDict(
         "features_mode_params",
         "features_labels_mode",
     ],
+    predict_batch=["partial", "static"],
 )
 SEED = 14
 
 # Axes whose value has no effect on some cases: pairs with them need not be covered there.
 _EMBEDDING_ONLY = ("partition", "optimizer")
+_WITHOUT_PREDICT = ("train", "train_eval")
 
 
 def pair_required(axis1: str, value1: Any, axis2: str, value2: Any) -> bool:
@@ -61,6 +63,8 @@ def pair_required(axis1: str, value1: Any, axis2: str, value2: Any) -> bool:
         if a == "embedding" and v == "none" and other in _EMBEDDING_ONLY:
             return False
         if a == "embedding" and v in programs.SEQUENCE_KINDS and other == "combiner":
+            return False
+        if a == "mode" and v in _WITHOUT_PREDICT and other == "predict_batch":
             return False
     return True
 
@@ -121,6 +125,7 @@ BASE_CASE = dict(
     combiner="mean",
     optimizer="adagrad",
     signature="features_labels_mode_params",
+    predict_batch="partial",
 )
 
 
@@ -155,7 +160,19 @@ def normalize(case: Dict[str, Any]) -> Dict[str, Any]:
         case.update(partition=AXES["partition"][0], optimizer=AXES["optimizer"][0])
     if case["embedding"] in programs.SEQUENCE_KINDS:
         case["combiner"] = AXES["combiner"][0]
+    if case["mode"] in _WITHOUT_PREDICT:
+        case["predict_batch"] = AXES["predict_batch"][0]
     return case
+
+
+# Random completions tried per pair to find a covering case that contains it (normalized cases are rare).
+COVERING_ATTEMPTS = 4000
+
+
+def is_covering_case(case: Dict[str, Any]) -> bool:
+    """Whether the pairwise array may use the case: supported and normalized, so that a pair is only covered by a
+    case where both values take effect (a partition strategy with embeddings, the predict batch when predicting)."""
+    return is_supported(case) and case == normalize(case)
 
 
 def full_cases() -> Iterator[Dict[str, Any]]:
@@ -189,7 +206,9 @@ def select(level: str) -> Iterable[Dict[str, Any]]:
 
 @functools.lru_cache(maxsize=None)
 def _covering_cases() -> Tuple[Tuple[Tuple[str, Any], ...], ...]:
-    supported = covering.pairwise(AXES, seed=SEED, valid=is_supported, pair_required=pair_required)
+    supported = covering.pairwise(
+        AXES, seed=SEED, valid=is_covering_case, pair_required=pair_required, attempts=COVERING_ATTEMPTS
+    )
     return tuple(tuple(case.items()) for case in supported + unsupported_cases())
 
 
@@ -259,15 +278,16 @@ def run_supported(case: Dict[str, Any], model_dir: str) -> Dict[str, Any]:
         observed["metrics"] = metrics
     if case["mode"] in ("predict", "export"):
         predictions = np.array([p["logit"] for p in estimator.predict(programs.make_input_fn(case, "predict"))])
-        want, _ = programs.forward(case, expected, np.arange(programs.N_PRED))
-        assert predictions.shape == (programs.N_PRED,)
+        rows = np.arange(programs.predict_rows(case))
+        want, _ = programs.forward(case, expected, rows)
+        assert predictions.shape == rows.shape
         np.testing.assert_allclose(predictions, want, atol=2e-5, err_msg="predictions")
         observed["predictions"] = predictions
     if case["mode"] == "export":
         export_dir = estimator.export_saved_model(
             str(model_dir) + "_export", programs.serving_input_receiver_fn(case)
         ).decode()
-        served = programs.serve(export_dir, case, np.arange(programs.N_PRED))
+        served = programs.serve(export_dir, case, np.arange(programs.predict_rows(case)))
         np.testing.assert_allclose(served, observed["predictions"], atol=1e-5, err_msg="export != predict")
     return observed
 

@@ -149,6 +149,16 @@ def features_and_labels(case: Dict[str, Any], rows: np.ndarray, with_labels: boo
     return {key: features[key] for key in order}, labels
 
 
+def predict_rows(case: Dict[str, Any]) -> int:
+    """Rows predicted: N_PRED (the last batch partial, an unknown batch dimension) or, for `predict_batch='static'`,
+    the whole batches of them read with `drop_remainder=True` (a static batch dimension). PER_HOST_V2's `input_fn`
+    batches per replica (`PREDICT_BATCH / shards` rows), the other modes per host (`PREDICT_BATCH` on one host)."""
+    if case["predict_batch"] == "partial":
+        return N_PRED
+    input_fn_batch = PREDICT_BATCH // case["shards"] if case["input_config"] == "PER_HOST_V2" else PREDICT_BATCH
+    return N_PRED - N_PRED % input_fn_batch
+
+
 def make_input_fn(case: Dict[str, Any], mode: str) -> Callable:
     """input_fn of `mode` ('train', 'eval', 'predict'): global batches in row order, as the case's input mode needs.
 
@@ -160,7 +170,8 @@ def make_input_fn(case: Dict[str, Any], mode: str) -> Callable:
         batch = params["batch_size"]
         if mode == "predict":
             features, _ = features_and_labels(case, np.arange(N_PRED), with_labels=False)
-            dataset = tf.data.Dataset.from_tensor_slices(features).batch(batch)
+            static = case["predict_batch"] == "static"
+            dataset = tf.data.Dataset.from_tensor_slices(features).batch(batch, drop_remainder=static)
             if case["returns"] == "tensors":
                 return tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
             return dataset
