@@ -320,6 +320,10 @@ def test_launcher_line_says_shards_and_ignored_tpu_address():
         "tpu-estimator-run: running on the shards of the program's TPUConfig(num_shards=...), else 1 (CPU); "
         "--num_shards=N sets them; --tpu=x ignored"
     )
+    assert launcher.describe_run(None, 0, ["--tpu=grpc://127.0.0.1:2222"], addresses_name_a_cluster=True) == (
+        "tpu-estimator-run: --tpu=grpc://127.0.0.1:2222: grpc:// addresses name the cluster's workers "
+        "(TPU_ESTIMATOR_TPU_ADDRESSES=cluster)"
+    )
 
 
 def test_convert_module_prints_its_result_once_without_a_runpy_warning(tmp_path):

@@ -164,3 +164,32 @@ def test_an_unreachable_cluster_is_a_clear_error():
         match=r"Cannot reach the cluster at grpc://127.0.0.1:1 \(job 'worker', hosts /job:worker/task:0 \(127.0.0.1:1\)\)",
     ):
         config.shard_layout()
+
+
+def test_tpu_cluster_resolver_with_grpc_addresses_is_a_cluster():
+    resolver = te.compat.TPUClusterResolver(tpu=["grpc://127.0.0.1:2222", "grpc://127.0.0.1:2223"])
+    assert resolver.cluster_spec().as_dict() == SPEC
+    assert resolver.master() == "grpc://127.0.0.1:2222"
+    assert resolver.master(task_id=1, rpc_layer="grpc") == "grpc://127.0.0.1:2223"
+    config = te.RunConfig(cluster=resolver)
+    assert config.tpu_cluster == cluster_lib.Cluster(
+        "worker", ("127.0.0.1:2222", "127.0.0.1:2223"), "grpc://127.0.0.1:2222"
+    )
+    one = te.compat.TPUClusterResolver(tpu="grpc://127.0.0.1:2222", job_name="hosts")
+    assert te.RunConfig(cluster=one).tpu_cluster == cluster_lib.Cluster(
+        "hosts", ("127.0.0.1:2222",), "grpc://127.0.0.1:2222"
+    )
+    # A TPU name is this process, as before.
+    local = te.compat.TPUClusterResolver(tpu="my-tpu")
+    assert local.master() == "" and local.cluster_spec().as_dict() == {}
+    assert te.RunConfig(cluster=local).tpu_cluster is None
+
+
+def test_tpu_cluster_resolver_refuses_mixed_or_malformed_addresses():
+    resolver_class = te.compat.TPUClusterResolver
+    with pytest.raises(ValueError, match="either grpc://host:port addresses .* or one TPU name"):
+        resolver_class(tpu=["grpc://127.0.0.1:2222", "my-tpu"])
+    with pytest.raises(ValueError, match=r"'grpc://127.0.0.1' is not a grpc://host:port address"):
+        resolver_class(tpu="grpc://127.0.0.1")
+    with pytest.raises(ValueError, match="no task 2 of job 'worker' \\(2 workers\\)"):
+        resolver_class(tpu=["grpc://127.0.0.1:2222", "grpc://127.0.0.1:2223"]).master(task_id=2)

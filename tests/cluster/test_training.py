@@ -188,3 +188,20 @@ def test_per_shard_input_fn_calls_and_contexts(tmp_path, cluster2):
     assert got["global_step"] == 2
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_tpu_cluster_resolver_given_grpc_addresses_trains_on_the_cluster(tmp_path, tmp_path_factory, cluster2):
+    # Programs written for a TPU pod pass TPUClusterResolver(tpu=...): grpc:// worker addresses name this cluster.
+    resolver = te.compat.TPUClusterResolver(tpu=["grpc://" + a for a in cluster2.addresses])
+    assert resolver.num_accelerators() == {"TPU": 2}  # read from the workers: 2 logical CPUs each
+    metadata = resolver.get_tpu_system_metadata()
+    assert (metadata.num_hosts, metadata.num_of_cores_per_host, metadata.num_cores) == (2, 2, 4)
+    on_cluster, _, _ = _train_pair(tmp_path_factory, cluster2, "div")
+    estimator = model.estimator(tmp_path, "div", cluster=resolver)
+    estimator.train(model.make_input_fn(), max_steps=STEPS)
+    got, expected = model.variables_of(estimator), model.variables_of(on_cluster)
+    assert set(got) == set(expected)
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-7, err_msg=name)
+    # The same placement as with the cluster spec given directly: table shards on both workers.
+    assert _variable_devices(str(tmp_path)) == _variable_devices(on_cluster.model_dir)

@@ -125,6 +125,8 @@ def test_install_replaces_names_and_uninstall_restores_them_exactly():
 
 def test_local_cluster_resolver(monkeypatch):
     monkeypatch.delenv("TPU_ESTIMATOR_NUM_SHARDS", raising=False)
+    # As under tpu-estimator-run: a program's grpc:// TPU address is recorded, and the run stays in this process.
+    monkeypatch.setenv("TPU_ESTIMATOR_TPU_ADDRESSES", "ignore")
     resolver = cluster_resolver_lib.TPUClusterResolver(tpu="grpc://10.1.2.3:8470", zone="us-central1-b", project="p")
     assert isinstance(resolver, tf.distribute.cluster_resolver.ClusterResolver)
     assert resolver.master() == resolver.get_master() == ""
@@ -372,3 +374,9 @@ def test_bert_style_scaffold_fn_initialises_from_a_checkpoint(tmp_path, installe
     estimator.train(input_fn, max_steps=2)
     for name, value in values.items():
         np.testing.assert_array_equal(estimator.get_variable_value(name), value)
+
+
+def test_tpu_addresses_env_must_be_cluster_or_ignore(monkeypatch):
+    monkeypatch.setenv("TPU_ESTIMATOR_TPU_ADDRESSES", "local")
+    with pytest.raises(ValueError, match="TPU_ESTIMATOR_TPU_ADDRESSES='local': expected 'cluster' or 'ignore'"):
+        cluster_resolver_lib.TPUClusterResolver(tpu="grpc://10.1.2.3:8470")

@@ -9,7 +9,8 @@
   batch_parallel, initialize_system, shutdown_system, bfloat16_scope}` and
   `tf.compat.v1.tpu.experimental.{Adagrad,Adam,Ftrl,StochasticGradientDescent}Parameters` (from `embedding`).
 * `TPUClusterResolver` in `tf.distribute.cluster_resolver`, `tf.compat.v1.distribute.cluster_resolver` and
-  `tf.compat.v2.distribute.cluster_resolver`: a local resolver that needs no Cloud TPU API.
+  `tf.compat.v2.distribute.cluster_resolver` (also `tpu_estimator.compat.TPUClusterResolver`): a resolver that
+  needs no Cloud TPU API; local, or the cluster of the `grpc://` worker addresses it is given.
 * TF1 `tensorflow.contrib.tpu`, `tensorflow.contrib.cluster_resolver` and `tensorflow.contrib.summary`, as
   importable modules (`from tensorflow.contrib import tpu`) and as `tf.contrib` on both `tensorflow` and
   `tensorflow.compat.v1`. Only these contrib modules exist; other `tf.contrib` names raise an AttributeError
@@ -46,7 +47,10 @@ _EXPORTS = {
     "replicate": "tpu_ops",
     "shard": "tpu_ops",
     "shutdown_system": "tpu_ops",
+    "TPUClusterResolver": "cluster_resolver",
 }
+# Submodules, also imported on first use as attributes (`tpu_estimator.compat.cluster_resolver`).
+_SUBMODULES = ("cluster_resolver", "launcher", "namespaces", "patching", "tpu_ops")
 
 __all__ = sorted(_EXPORTS)
 
@@ -56,8 +60,10 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
         globals()[name] = value
         return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES))

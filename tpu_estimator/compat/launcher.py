@@ -19,10 +19,14 @@ Launcher options (before the script):
 
 Before the program starts, one line (on stdout) says how many shards it runs on and that a TPU address given to the program
 (`--tpu=...`, `--tpu_name=...`, `--master=grpc://...`) is ignored: everything runs on this machine.
+To run the program on a cluster of `tpu-estimator-server` workers instead, pass their addresses as the program's
+`--tpu=grpc://host:port,...` and set `TPU_ESTIMATOR_TPU_ADDRESSES=cluster` (docs/DISTRIBUTED.md).
 
 Environment:
   TPU_ESTIMATOR_NUM_SHARDS   the shard count, overriding `TPUConfig(num_shards=...)` and the GPU count.
   TPU_ESTIMATOR_TRACEBACK=1  same as --traceback.
+  TPU_ESTIMATOR_TPU_ADDRESSES  `ignore` (set by the launcher when unset): a `TPUClusterResolver(tpu='grpc://...')`
+                             runs in this process; `cluster`: the addresses are the cluster's workers.
   TF_USE_LEGACY_KERAS        set to 1 by the launcher on TensorFlow 2.16+ when the tf-keras package is installed
                              and the variable is unset, so `tf.keras` and `tf.compat.v1.layers` are Keras 2, as
                              TPUEstimator programs expect. TensorFlow reads it when it is imported: if it was
@@ -44,6 +48,7 @@ from typing import List, Optional, Sequence, Tuple
 
 NUM_SHARDS_ENV = "TPU_ESTIMATOR_NUM_SHARDS"
 TRACEBACK_ENV = "TPU_ESTIMATOR_TRACEBACK"
+TPU_ADDRESSES_ENV = "TPU_ESTIMATOR_TPU_ADDRESSES"  # read by compat.cluster_resolver
 _PROG = "tpu-estimator-run"
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tpu_estimator/
 _CONFIG_ERRORS = (ValueError, TypeError, NotImplementedError)
@@ -140,8 +145,11 @@ def tpu_addresses(program_args: Sequence[str]) -> List[str]:
     return found
 
 
-def describe_run(num_shards: Optional[str], num_gpus: int, program_args: Sequence[str]) -> str:
-    """The line printed before the program runs: its shards and the TPU addresses that are ignored."""
+def describe_run(
+    num_shards: Optional[str], num_gpus: int, program_args: Sequence[str], addresses_name_a_cluster: bool = False
+) -> str:
+    """The line printed before the program runs: its shards and what becomes of the TPU addresses given to it
+    (ignored, or with `addresses_name_a_cluster` the cluster's workers)."""
     if num_shards:
         devices = "GPUs" if num_gpus >= int(num_shards) and num_gpus > 0 else "logical CPU devices"
         shards = f"{num_shards} shards on {devices} (--num_shards)"
@@ -152,6 +160,8 @@ def describe_run(num_shards: Optional[str], num_gpus: int, program_args: Sequenc
             f"({'GPUs' if num_gpus else 'CPU'}); --num_shards=N sets them"
         )
     addresses = tpu_addresses(program_args)
+    if addresses and addresses_name_a_cluster:
+        return f"{_PROG}: {', '.join(addresses)}: grpc:// addresses name the cluster's workers ({TPU_ADDRESSES_ENV}=cluster)"
     ignored = (
         f"; {', '.join(addresses)} ignored (no TPU: everything runs on this machine)"
         if addresses
@@ -169,7 +179,8 @@ def _run_program(options: dict, args: List[str]) -> None:
 
     program_args = args if options["module"] else args[1:]
     # On stdout: an informational line, not an error (stderr stays the program's and its errors').
-    print(describe_run(options["num_shards"], devices.num_gpus(), program_args), flush=True)
+    on_cluster = os.environ.get(TPU_ADDRESSES_ENV) == "cluster"
+    print(describe_run(options["num_shards"], devices.num_gpus(), program_args, on_cluster), flush=True)
 
     compat.install()
     if options["module"]:
@@ -251,6 +262,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     _use_legacy_keras(restart)
     if options["num_shards"]:
         os.environ[NUM_SHARDS_ENV] = options["num_shards"]
+    os.environ.setdefault(TPU_ADDRESSES_ENV, "ignore")
     show_traceback = options["traceback"] or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
     try:
         _run_program(options, args)
