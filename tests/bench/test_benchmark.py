@@ -33,3 +33,24 @@ def test_tiny_workload_reports_positive_rates(tmp_path):
 def test_machine_rates_are_positive():
     rates = benchmark.machine_rates(table_rows=10000, dim=16, gathers=10000, copy_bytes=1 << 20, repeats=1)
     assert all(v > 0 for v in rates.values())
+
+
+def test_cluster_line_runs_on_loopback_workers_and_counts_the_bytes_between_them():
+    w = benchmark.load_workload(CONFIG)
+    result = benchmark.run_line_in_subprocess(w, "cluster_2x1", w.row_values[0], 5)
+    assert "error" not in result, result.get("error")
+    assert result["measured_steps"] == 10 and result["examples_per_sec"] > 0
+    # Host 1 sends at least its half batch of int64 ids every step: (64 / 2) rows x 4 tables x 2 ids x 8 bytes.
+    assert result["loopback_bytes_per_step"] > 32 * 4 * 2 * 8
+
+
+def test_loopback_cluster_stops_its_workers():
+    import socket
+
+    from tpu_estimator.app import loopback_cluster
+
+    with loopback_cluster.loopback_cluster(num_hosts=1, cpu_shards=1) as spec:
+        host, port = spec["worker"][0].split(":")
+        socket.create_connection((host, int(port)), timeout=5).close()
+    with pytest.raises(OSError):
+        socket.create_connection((host, int(port)), timeout=5).close()

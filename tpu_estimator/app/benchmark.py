@@ -9,6 +9,9 @@ Each measured configuration ("line") runs in its own subprocess, so that its pea
 * `ours_1shard` / `ours_2shards`: `tpu_estimator.TPUEstimator(use_tpu=True)` with the same feature columns and
   `AdagradParameters` (the engine applies them).
 * `ours_dict_1shard` (optional): the same model through `feature_to_config_dict` / `table_to_config_dict`.
+* `cluster_<H>x<S>` (optional): `ours` on a loopback cluster of H `tpu-estimator-server` workers with S logical
+  CPU shards each (`loopback_cluster.py`, started and stopped inside the run); also reports the loopback bytes per
+  measured step (`loopback_bytes_per_step`: what the gRPC runtime moves between client and workers).
 
 The model is the same for every line: `DenseFeatures(columns)` (+ optional dense inputs) -> ReLU MLP -> logit,
 sigmoid cross-entropy, Adagrad (lr and initial accumulator equal for dense and embedding variables).
@@ -23,15 +26,18 @@ Use `run(...)` from code (the CLI's `benchmark` subcommand) or `scripts/benchmar
 import dataclasses
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import yaml
+
+from tpu_estimator.app import loopback_cluster
 
 WORKLOADS = ("A", "B", "C", "D", "M")
 DEFAULT_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "bench")
@@ -196,10 +202,16 @@ def _input_fn_for(pool: Dict[str, np.ndarray]):
 
     def input_fn(params):
         batch = next(iter(pool.values())).shape[1]
-        if params["batch_size"] != batch:
-            raise ValueError("input_fn batch {} != pool batch {}".format(params["batch_size"], batch))
-        features = {k: v for k, v in pool.items() if k != "label"}
-        dataset = tf.data.Dataset.from_tensor_slices((features, pool["label"]))
+        host_batch = params["batch_size"]
+        context = params.get("context")
+        num_hosts = context.num_hosts if context is not None else 1
+        if host_batch * num_hosts != batch:
+            raise ValueError("input_fn batch {} x {} hosts != pool batch {}".format(host_batch, num_hosts, batch))
+        # On a cluster (PER_HOST input) each host reads its slice of every global batch.
+        host = context.current_host if context is not None else 0
+        sliced = {k: v[:, host * host_batch : (host + 1) * host_batch] for k, v in pool.items()}
+        features = {k: v for k, v in sliced.items() if k != "label"}
+        dataset = tf.data.Dataset.from_tensor_slices((features, sliced["label"]))
         return dataset.repeat().prefetch(2)
 
     return input_fn
@@ -260,6 +272,28 @@ def run_line(
     Returns:
       `{'examples_per_sec', 'steps_per_sec', 'peak_rss_bytes', 'seconds', 'measured_steps', ...}`.
     """
+    cluster_shape = _cluster_shape(line)
+    if cluster_shape is not None:
+        with loopback_cluster.loopback_cluster(*cluster_shape) as spec:
+            return _run_line(w, line, rows, iterations_per_loop, model_dir, trace_path, spec)
+    return _run_line(w, line, rows, iterations_per_loop, model_dir, trace_path, None)
+
+
+def _cluster_shape(line: str) -> Optional[Tuple[int, int]]:
+    """`(hosts, shards per host)` of a `cluster_<H>x<S>` line, else None."""
+    match = re.fullmatch(r"cluster_(\d+)x(\d+)", line)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _run_line(
+    w: Workload,
+    line: str,
+    rows: int,
+    iterations_per_loop: int,
+    model_dir: str,
+    trace_path: Optional[str],
+    cluster_spec: Optional[Dict[str, List[str]]],
+) -> Dict[str, Any]:
     import tensorflow as tf
 
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
@@ -268,11 +302,17 @@ def run_line(
     times: List[float] = []
     traces: List[Any] = []
     cpu_times: List[float] = []
+    wire_bytes: List[int] = []
+
+    def record():
+        times.append(time.perf_counter())
+        cpu_times.append(time.process_time())
+        if cluster_spec is not None:
+            wire_bytes.append(loopback_cluster.loopback_bytes())
 
     class TimingHook(tf.compat.v1.train.SessionRunHook):
         def after_create_session(self, session, coord):
-            times.append(time.perf_counter())
-            cpu_times.append(time.process_time())
+            record()
 
         def before_run(self, run_context):
             if trace_path and len(times) == warmup_runs + 1:
@@ -282,8 +322,7 @@ def run_line(
             return None
 
         def after_run(self, run_context, run_values):
-            times.append(time.perf_counter())
-            cpu_times.append(time.process_time())
+            record()
             if trace_path and len(times) == warmup_runs + 2:
                 traces.append(run_values.run_metadata)
 
@@ -315,6 +354,10 @@ def run_line(
         from tpu_estimator import experimental as tex
 
         shards = 2 if line.endswith("2shards") else 1
+        if cluster_spec is not None:
+            hosts, per_host = _cluster_shape(line)
+            shards = hosts * per_host
+            common["cluster"] = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec(cluster_spec))
         params = tex.AdagradParameters(w.learning_rate, initial_accumulator=0.1)
         if line.startswith("ours_dict"):
             columns = None
@@ -362,6 +405,8 @@ def run_line(
         # Process CPU seconds (all threads) per wall second over the measured steps, divided by the core count.
         "cpu_utilisation": (cpu_times[-1] - cpu_times[start_index]) / elapsed / (os.cpu_count() or 1),
     }
+    if wire_bytes:
+        out["loopback_bytes_per_step"] = (wire_bytes[-1] - wire_bytes[start_index]) / measured_steps
     if trace_path and traces:
         out["op_profile"] = _write_trace(traces[0], trace_path)
     return out
