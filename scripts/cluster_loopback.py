@@ -45,7 +45,10 @@ def main(argv):
                 print("round {} {}: {:,.0f} examples/s".format(round_index + 1, line, result["examples_per_sec"]))
     reference = w.lines[0]
     print("\n{}: {}, ipl {}, {} rounds\n".format(w.name, w.description, ipl, FLAGS.runs))
-    print("| line | examples/s per run | / {} per round: median (range) | loopback bytes per step | s to first step |")
+    print(
+        "| line | examples/s per run | / {} per round: median (range) | loopback bytes per step | s to first step "
+        "|".format(reference)
+    )
     print("|---|---|---:|---:|---:|")
     for line in w.lines:
         runs = results[line]
