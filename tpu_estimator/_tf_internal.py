@@ -12,6 +12,7 @@ from tensorflow.python.ops import control_flow_util
 from tensorflow.python.ops import variable_scope as _variable_scope
 from tensorflow.python.tpu import tpu_function
 from tensorflow.python.tpu.ops import tpu_ops
+from tensorflow.python.training import evaluation as _evaluation
 
 VARSTORE_KEY = _variable_scope._VARSTORE_KEY
 
@@ -270,6 +271,12 @@ def set_control_flow_context(graph: tf.Graph, context) -> None:
 def variable_creator_stack_of(graph: tf.Graph) -> list:
     """A copy of the current thread's variable creator stack of `graph` (see `variable_creator_stack`)."""
     return list(graph._variable_creator_stack)
+
+
+def get_or_create_eval_step() -> tf.Variable:
+    """The Estimator's evaluation step counter (`tensorflow.python.training.evaluation`, which both Estimator
+    cores use to stop evaluation after `steps`)."""
+    return _evaluation._get_or_create_eval_step()
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""Session hooks of the training loop: loop sizing and stopping, progress (loss/step logging, examples/sec), SIGINT."""
+"""Session hooks of the loops on shards: loop sizing and stopping (TRAIN and EVAL), progress (loss/step logging,
+examples/sec), SIGINT."""
 
 import dataclasses
 import math
@@ -30,6 +31,45 @@ def iterations_per_loop_tensor(default: int) -> tf.Tensor:
     iterations = tf.compat.v1.placeholder_with_default(tf.constant(default, tf.int32), [], name="iterations_per_loop")
     tf.compat.v1.add_to_collection(ITERATIONS_PER_LOOP_COLLECTION, iterations.name)
     return iterations
+
+
+# The graph collection that holds the name of the evaluation loop's length tensor (fed by `EvalLoopLengthHook`).
+EVAL_LOOP_LENGTH_COLLECTION = "tpu_estimator_evaluation_loop_length_tensor_name"
+
+
+def eval_loop_length_tensor() -> tf.Tensor:
+    """The loop-length tensor of the evaluation loop (fed by `EvalLoopLengthHook`; 1 when nothing is fed)."""
+    iterations = tf.compat.v1.placeholder_with_default(tf.constant(1, tf.int32), [], name="evaluation_loop_length")
+    tf.compat.v1.add_to_collection(EVAL_LOOP_LENGTH_COLLECTION, iterations.name)
+    return iterations
+
+
+class EvalLoopLengthHook(tf.compat.v1.train.SessionRunHook):
+    """Feeds `evaluate(steps=N)`'s N as the evaluation loop's length: all N steps run in one `Session.run`.
+
+    Args:
+      steps: the number of evaluation steps.
+
+    Raises:
+      RuntimeError (from `begin`): the graph has no evaluation loop on shards.
+    """
+
+    def __init__(self, steps: int):
+        self._steps = int(steps)
+        self._iterations = None
+
+    def begin(self):
+        found = tf.compat.v1.get_collection(EVAL_LOOP_LENGTH_COLLECTION)
+        if len(found) != 1:
+            raise RuntimeError(
+                "The TPUEstimator evaluation loop was not found in the graph ({} tensors in collection {!r}).".format(
+                    len(found), EVAL_LOOP_LENGTH_COLLECTION
+                )
+            )
+        self._iterations = tf.compat.v1.get_default_graph().get_tensor_by_name(found[0])
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(fetches=None, feed_dict={self._iterations: self._steps})
 
 
 class LoopStopHook(tf.compat.v1.train.SessionRunHook):

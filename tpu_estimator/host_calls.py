@@ -156,10 +156,17 @@ class HostCallOutfeed(object):
             )
             return enqueue, flat
 
-    def hook(self, host_call) -> OutfeedHostCallHook:
-        """After the loop: the hook that dequeues each entry and runs `host_call`'s function on it."""
+    def call_on_dequeued(self, host_call):
+        """After the loop: `host_call`'s function called on one dequeued entry; each run of its ops takes one."""
         with tf.device(self._host_device):
             flat = self._queue.dequeue()
             flat = list(flat) if isinstance(flat, (list, tuple)) else [flat]
-            host_ops = call(host_call, pack_tensors(host_call, flat))
-        return OutfeedHostCallHook(host_ops, self._queue.size())
+            return call(host_call, pack_tensors(host_call, flat))
+
+    def size(self) -> tf.Tensor:
+        """The number of queued entries."""
+        return self._queue.size()
+
+    def hook(self, host_call) -> OutfeedHostCallHook:
+        """After the loop: the hook that dequeues each entry and runs `host_call`'s function on it."""
+        return OutfeedHostCallHook(self.call_on_dequeued(host_call), self.size())

@@ -1,6 +1,6 @@
 """The stages every mode on shards shares: settings, the embedding bridge, and `model_fn` replicated over shards.
 
-TRAIN (`train_loop.py`), EVAL (`eval_step.py`) and PREDICT (`predict_step.py`) each read top to bottom as
+TRAIN (`train_loop.py`), EVAL (`eval_loop.py`) and PREDICT (`predict_step.py`) each read top to bottom as
 read inputs -> embedding lookup -> replicate `model_fn` -> their own reduction on the host; this module holds the
 stages they have in common.
 """

@@ -5,10 +5,11 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, cpu_path, eval_step, predict_step, sharded_step, train_guard
+from tpu_estimator import _estimator_lib, cpu_path, predict_step, sharded_step, train_guard
 from tpu_estimator import cluster as cluster_lib
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator.context import ShardingContext
+from tpu_estimator.eval_loop import EvalLoop
 from tpu_estimator.tpu_config import (
     InputPipelineConfig,
     RunConfig,
@@ -254,6 +255,9 @@ class TPUEstimator(_estimator_lib.Estimator):
             if steps is None:
                 raise ValueError("Evaluate `steps` must be set on TPU. Cannot be `None`.")
             check_positive_integer(steps, "Eval steps")
+            # As upstream on a TPU: the N steps run in one loop (one Session.run).
+            hooks = super(TPUEstimator, self)._convert_eval_steps_to_hooks(steps)
+            return list(hooks) + [hooks_lib.EvalLoopLengthHook(steps)]
         return super(TPUEstimator, self)._convert_eval_steps_to_hooks(steps)
 
     # ---- model_fn wrapping ----------------------------------------------------------------------------------
@@ -293,7 +297,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             )
             return TrainLoop(settings, loop, ctx).build(deferred_input.call)
         if mode == ModeKeys.EVAL:
-            return eval_step.build_eval(settings, ctx, deferred_input.call)
+            return EvalLoop(settings, ctx).build(deferred_input.call)
         return predict_step.build_predict(settings, ctx, deferred_input.call)
 
     def _cpu_settings(self, model_fn, config, params) -> cpu_path.CpuSettings:

@@ -172,3 +172,15 @@ def test_train_and_evaluate_prints_the_final_metrics_once(tmp_path, capsys):
 def test_config_yaml_describes_the_trained_model(dlrm_dir):
     saved = config_file.load_config(str(dlrm_dir / "config.yaml"))
     assert saved.model.name == "dlrm" and saved.train.steps == 5 and saved.model_dir == str(dlrm_dir)
+
+
+def test_evaluation_steps_beyond_the_data_name_the_batches_it_holds(dlrm_dir, rows, tmp_path, capsys):
+    forty = tmp_path / "forty.tsv"
+    with open(rows / "train.tsv") as f:
+        forty.write_text("".join(f.readlines()[:40]))  # one batch of 32
+    args = ["--set=data.source=tsv", f"--set=data.train_paths=[{rows}/train.tsv]", f"--set=data.eval_paths=[{forty}]"]
+    assert run_in_process("evaluate", f"--model_dir={dlrm_dir}", "--set=eval.steps=3", *args) == 2
+    assert error_line(capsys, "evaluate").endswith(
+        "eval.steps 3: the evaluation data holds only 1 batches of eval.batch_size 32; set eval.steps <= 1, or "
+        "eval.steps=null to use every full batch"
+    )

@@ -29,7 +29,7 @@ def _imported_modules(path: pathlib.Path):
 
 def test_core_modules_found():
     names = {p.name for p in CORE_MODULES}
-    assert {"train_loop.py", "eval_step.py", "predict_step.py", "sharded_step.py", "tpu_estimator.py"} <= names
+    assert {"train_loop.py", "eval_loop.py", "predict_step.py", "sharded_step.py", "tpu_estimator.py"} <= names
 
 
 def test_no_module_below_the_estimator_imports_it():

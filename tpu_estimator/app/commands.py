@@ -24,6 +24,7 @@ from tpu_estimator.app import config_file, models
 from tpu_estimator.app import predict as cli_predict
 from tpu_estimator.app import progress as cli_progress
 from tpu_estimator.app.errors import CliError
+from tpu_estimator.eval_loop import EvaluationInputEndedError
 
 PROG = "tpu-estimator"
 
@@ -196,7 +197,17 @@ def evaluate(config: config_file.Config, flag_values: flags.FlagValues) -> Dict[
     except ValueError as e:  # eval.steps=null and fewer examples than one batch
         raise CliError(f"no evaluation examples: {e}") from None
     counter = _RunCounter()
-    metrics = dict(estimator.evaluate(models.make_input_fn(config, "eval"), steps=steps, hooks=[counter]))
+    try:
+        metrics = dict(estimator.evaluate(models.make_input_fn(config, "eval"), steps=steps, hooks=[counter]))
+    except EvaluationInputEndedError as e:  # on shards all eval.steps run in one loop, as on a TPU
+        if e.steps_read is None:
+            raise CliError(f"eval.steps {steps}: {e}") from None
+        if e.steps_read == 0:
+            raise CliError(f"no evaluation examples: {_data_description(config, training=False)}") from None
+        raise CliError(
+            f"eval.steps {steps}: the evaluation data holds only {e.steps_read} batches of eval.batch_size "
+            f"{config.eval.batch_size}; set eval.steps <= {e.steps_read}, or eval.steps=null to use every full batch"
+        ) from None
     if counter.runs == 0:
         raise CliError(f"no evaluation examples: {_data_description(config, training=False)}")
     return metrics

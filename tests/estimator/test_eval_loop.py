@@ -1,0 +1,88 @@
+"""EVAL on shards runs `evaluate(steps=N)` in one loop, as upstream on a TPU: evaluation hooks see one
+`Session.run` for the N steps, every step's rows reach the metrics, the loss is replica 0's mean over the steps,
+and an input shorter than N steps is a clear error."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tpu_estimator as te
+
+ROWS, BATCH = 48, 8  # 6 global batches
+X = np.linspace(-2.0, 3.0, ROWS, dtype=np.float32).reshape(-1, 1)
+Y = (np.arange(ROWS) % 3).astype(np.float32)
+W = 0.5
+
+
+def input_fn(params):
+    dataset = tf.data.Dataset.from_tensor_slices(({"x": X}, Y))
+    return dataset.batch(params["batch_size"], drop_remainder=True)
+
+
+def model_fn(features, labels, mode, params):
+    w = tf.compat.v1.get_variable("w", [1, 1], initializer=tf.constant_initializer(W))
+    prediction = tf.matmul(features["x"], w)[:, 0]
+    loss = tf.reduce_mean(tf.square(prediction - labels))
+
+    def metric_fn(prediction, labels):
+        return {
+            "mean_prediction": tf.compat.v1.metrics.mean(prediction),
+            "mse": tf.compat.v1.metrics.mean_squared_error(labels, prediction),
+            "rows": tf.compat.v1.metrics.mean(tf.ones_like(prediction) * tf.cast(tf.size(prediction), tf.float32)),
+        }
+
+    optimizer = te.CrossShardOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    train_op = optimizer.minimize(loss, tf.compat.v1.train.get_global_step())
+    return te.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, eval_metrics=(metric_fn, [prediction, labels]))
+
+
+class CountRuns(tf.compat.v1.train.SessionRunHook):
+    def __init__(self):
+        self.runs = 0
+
+    def after_run(self, run_context, run_values):
+        self.runs += 1
+
+
+def _estimator(model_dir, shards):
+    config = te.RunConfig(model_dir=model_dir, tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=shards))
+    return te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=BATCH, eval_batch_size=BATCH)
+
+
+@pytest.mark.parametrize("shards", [1, 2])
+def test_evaluate_runs_its_steps_in_one_session_run_with_every_row_in_the_metrics(tmp_path, shards):
+    estimator = _estimator(str(tmp_path), shards)
+    counter = CountRuns()
+    steps = 5
+    metrics = estimator.evaluate(input_fn, steps=steps, hooks=[counter])
+    assert counter.runs == 1  # upstream on a TPU: one run for the N steps (iterations_per_loop does not cut it)
+    rows = steps * BATCH
+    prediction, labels = X[:rows, 0] * W, Y[:rows]
+    np.testing.assert_allclose(metrics["mean_prediction"], prediction.mean(), rtol=1e-6)
+    np.testing.assert_allclose(metrics["mse"], np.mean((prediction - labels) ** 2), rtol=1e-6)
+    assert metrics["rows"] == BATCH  # each step's metric tensors hold the global batch (all replicas' rows)
+    # The loss is replica 0's, averaged over the steps.
+    per_replica = BATCH // shards
+    replica0 = [
+        np.mean((prediction[s * BATCH : s * BATCH + per_replica] - labels[s * BATCH : s * BATCH + per_replica]) ** 2)
+        for s in range(steps)
+    ]
+    np.testing.assert_allclose(metrics["loss"], np.mean(replica0), rtol=1e-6)
+    assert metrics["global_step"] == 0
+
+
+def test_evaluate_twice_and_after_training_reads_the_trained_variables(tmp_path):
+    estimator = _estimator(str(tmp_path), 2)
+    estimator.train(input_fn, max_steps=4)
+    w = estimator.get_variable_value("w")[0, 0]
+    first = estimator.evaluate(input_fn, steps=3)
+    second = estimator.evaluate(input_fn, steps=6)
+    np.testing.assert_allclose(first["mean_prediction"], (X[: 3 * BATCH, 0] * w).mean(), rtol=1e-5)
+    np.testing.assert_allclose(second["mean_prediction"], (X[:, 0] * w).mean(), rtol=1e-5)
+    assert first["global_step"] == second["global_step"] == 4
+
+
+def test_an_input_shorter_than_the_steps_is_a_clear_error(tmp_path):
+    estimator = _estimator(str(tmp_path), 2)
+    with pytest.raises(ValueError, match=r"The evaluation input ended after 6 step\(s\) of a loop: .* steps <= the"):
+        estimator.evaluate(input_fn, steps=8)
