@@ -389,6 +389,14 @@ def _pad(structure: Any, size: int, host_device: str) -> Tuple[Any, tf.Tensor]:
     flat = tf.nest.flatten(structure)
     if not flat:
         raise ValueError("input_fn returned no tensors.")
+    if all(tensor is None or tensor.shape[:1].as_list() == [size] for tensor in flat):
+        # Every batch is statically full (e.g. `drop_remainder=True`): nothing to pad. The identities keep the
+        # control inputs of the caller's scope (PER_HOST_V2's end-of-input guard) on the path to the model.
+        with tf.device(host_device):
+            full = tf.nest.map_structure(
+                lambda t: None if t is None else tf.identity(t), structure, expand_composites=True
+            )
+            return full, tf.ones([size], tf.bool)
     with tf.device(host_device):
         first = flat[0]
         rows = (

@@ -37,6 +37,30 @@ def test_dense_padding_repeats_the_last_real_row():
     np.testing.assert_array_equal(mask, [True, True, False, False])
 
 
+def test_statically_full_batch_is_passed_through_without_padding_ops():
+    with tf.Graph().as_default() as graph:
+        sparse = tf.SparseTensor([[0, 0], [1, 0], [1, 1]], tf.constant([5, 6, 7], tf.int64), [2, 2])
+        dense = tf.constant([[1.0], [2.0]])
+        gate = tf.compat.v1.placeholder_with_default(True, [])
+        guard = tf.debugging.Assert(gate, ["end of input"])
+        guard_op = graph.get_operations()[-1]
+        before = len(graph.get_operations())
+        with tf.control_dependencies([guard]):
+            padded, mask = input_pipeline._pad({"x": dense, "s": sparse, "none": None}, 2, "/device:CPU:0")
+        added = graph.get_operations()[before:]
+        # One identity per tensor (the SparseTensor's three components) and the mask: no gather, tile or assert.
+        assert sorted(op.type for op in added) == ["Const", "Identity", "Identity", "Identity", "Identity"]
+        # Every passed-through tensor still waits for the caller's control inputs (PER_HOST_V2's end guard).
+        identities = [op for op in added if op.type == "Identity"]
+        assert identities and all(op.control_inputs == [guard_op] for op in identities)
+        with tf.compat.v1.Session() as session:
+            values, mask_value = session.run(({"x": padded["x"], "s": padded["s"]}, mask))
+    np.testing.assert_array_equal(values["x"], [[1.0], [2.0]])
+    np.testing.assert_array_equal(values["s"].values, [5, 6, 7])
+    assert padded["none"] is None
+    np.testing.assert_array_equal(mask_value, [True, True])
+
+
 def test_sparse_padding_repeats_the_last_real_row_in_order():
     def build():
         ids = tf.SparseTensor([[0, 0], [1, 0], [1, 2]], tf.constant([5, 6, 7], tf.int64), [2, 3])

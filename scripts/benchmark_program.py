@@ -1,0 +1,49 @@
+"""Whole programs, ours and upstream's CPU path in turn (see tpu_estimator/app/program_benchmark.py).
+
+python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=5
+python scripts/benchmark_program.py --program=P_criteo_tfrecord --runs=5 --output_json=/tmp/p.json
+python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=3 --ours_source=/tmp/before   # another tree
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags
+
+from tpu_estimator.app import program_benchmark
+
+flags.DEFINE_string("program", "P_dlrm_zipf", "A program name in configs/bench (P_*.yaml) or a YAML path.")
+flags.DEFINE_integer("runs", 5, "Rounds; each runs ours, then upstream, each in a fresh process.")
+flags.DEFINE_bool("bounds", True, "Also measure the input pipeline alone and the computation alone (the pool).")
+flags.DEFINE_string("python", sys.executable, "Interpreter for both (upstream needs tensorflow_estimator: TF 2.15).")
+flags.DEFINE_string("ours_python", None, "Interpreter for ours (default --python).")
+flags.DEFINE_string("ours_source", None, "Source tree of tpu_estimator for ours (default: the installed package).")
+flags.DEFINE_string("output_json", None, "Also write the raw results here.")
+flags.DEFINE_integer("first_steps", None, "Override the program's first_steps.")
+flags.DEFINE_integer("total_steps", None, "Override the program's total_steps.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    program = program_benchmark.load_program(FLAGS.program)
+    if FLAGS.first_steps:
+        program.first_steps = FLAGS.first_steps
+    if FLAGS.total_steps:
+        program.total_steps = FLAGS.total_steps
+    interpreters = {
+        "ours": program_benchmark.Interpreter(FLAGS.ours_python or FLAGS.python, FLAGS.ours_source),
+        "upstream": program_benchmark.Interpreter(FLAGS.python),
+    }
+    result = program_benchmark.compare(program, FLAGS.runs, interpreters, bounds=FLAGS.bounds)
+    if FLAGS.output_json:
+        with open(FLAGS.output_json, "w") as f:
+            json.dump(result, f, indent=1)
+    print(program_benchmark.markdown(result))
+
+
+if __name__ == "__main__":
+    app.run(main)

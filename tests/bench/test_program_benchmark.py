@@ -1,0 +1,87 @@
+"""The whole-program benchmark: programs run as processes in turn, ratios per round, the bounds."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from tpu_estimator.app import program_benchmark as pb
+
+
+def test_zipf_cdf_follows_the_power_law():
+    cdf = pb.zipf_cdf(4, 1.0)
+    weights = np.array([1, 1 / 2, 1 / 3, 1 / 4])
+    np.testing.assert_allclose(cdf, np.cumsum(weights) / weights.sum(), rtol=1e-6)
+
+
+def test_programs_are_checked_when_loaded(tmp_path):
+    assert pb.load_program("P_dlrm_zipf").num_tables == 26
+    with pytest.raises(ValueError, match="No program 'P_nope'.*P_dlrm_zipf"):
+        pb.load_program("P_nope")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nbatchsize: 3\n")
+    with pytest.raises(ValueError, match=r"unknown keys \['batchsize'\]"):
+        pb.load_program(str(bad))
+    with pytest.raises(ValueError, match="need 0 < first_steps < total_steps"):
+        pb.Program(name="x", first_steps=5, total_steps=5)
+    with pytest.raises(ValueError, match="source must be"):
+        pb.Program(name="x", source="csv")
+
+
+def _fake_result(wall, loop, evaluate, predict):
+    return {
+        "wall_seconds": wall,
+        "cpu_seconds": wall * 1.5,
+        "cores_busy": 1.5,
+        "seconds_import": 1.0,
+        "first_train": {"seconds": 2.0, "seconds_to_first_step": 1.5},
+        "second_train": {"seconds": 3.0, "loop_cores_busy": 1.2},
+        "loop_examples_per_sec": loop,
+        "evaluate": {"seconds": evaluate},
+        "predict": {"seconds": predict},
+    }
+
+
+def test_ratios_are_taken_within_each_round(monkeypatch):
+    walls = iter([10.0, 20.0, 30.0, 30.0, 5.0, 15.0])  # ours, upstream per round: ratios 2, 1, 3
+    calls = []
+
+    def fake_run_child(p, kind, implementation, interpreter, tfrecord_path, timeout=3600):
+        calls.append((kind, implementation))
+        if kind != "program":
+            return {"examples_per_sec": 100.0 if kind == "input" else 50.0, "cores_busy": 1.0}
+        wall = next(walls)
+        return _fake_result(wall, 1000.0 / wall, wall / 10, wall / 20)
+
+    monkeypatch.setattr(pb, "run_child", fake_run_child)
+    interpreters = {"ours": pb.Interpreter(sys.executable), "upstream": pb.Interpreter(sys.executable)}
+    result = pb.compare(pb.load_program("P_tiny"), 3, interpreters, log=lambda _: None)
+    assert calls[:6] == [("program", "ours"), ("program", "upstream")] * 3
+    assert sorted(calls[6:]) == [("compute", "ours"), ("compute", "upstream"), ("input", "ours")]
+    wall = result["ratios"]["wall_upstream_over_ours"]
+    assert wall["values"] == [2.0, 1.0, 3.0] and wall["median"] == 2.0
+    assert result["ratios"]["loop_ours_over_upstream"]["values"] == [2.0, 1.0, 3.0]
+    assert result["ratios"]["evaluate_upstream_over_ours"]["values"] == [2.0, 1.0, 3.0]
+    report = pb.markdown(result)
+    assert "wall time upstream / ours **2.00 (1.00-3.00)**" in report
+    assert "| wall time, whole process (s) | 10.0 (5.0-30.0) | 20.0 (15.0-30.0) |" in report
+    # Ours' loop median (1000/10 = 100) against min(input 100, compute 50).
+    assert "reaches 200% of min(input, compute) = 50" in report
+
+
+@pytest.mark.upstream
+def test_tiny_program_runs_as_processes_and_reports_every_phase():
+    p = pb.load_program("P_tiny")
+    interpreters = {"ours": pb.Interpreter(sys.executable), "upstream": pb.Interpreter(sys.executable)}
+    result = pb.compare(p, 1, interpreters, log=lambda _: None)
+    for implementation in pb.IMPLEMENTATIONS:
+        run = result["rounds"][0][implementation]
+        assert "error" not in run, run
+        assert run["wall_seconds"] > run["first_train"]["seconds"] + run["second_train"]["seconds"] > 0
+        assert 0 < run["cpu_seconds"] and run["loop_examples_per_sec"] > 0
+        assert 0.0 <= run["evaluate"]["auc"] <= 1.0
+        assert run["predict"]["rows"] == p.predict_batches * p.batch_size
+        # The second train() of ours runs (14 - 4) / 5 = 2 loops; upstream one step per run.
+        assert run["second_train"]["runs"] == (2 if implementation == "ours" else 10)
+    for bound in ("input", "compute_ours", "compute_upstream"):
+        assert result["bounds"][bound]["examples_per_sec"] > 0, result["bounds"][bound]

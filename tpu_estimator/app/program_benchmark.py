@@ -1,0 +1,611 @@
+"""Whole-program benchmark: ours and upstream's CPU path as users run them, one process per program, in turn.
+
+A *program* is what a user runs: a process that imports TensorFlow, builds an `input_fn` (a `tf.data` pipeline of
+sparse features), builds a `TPUEstimator`, calls `train(max_steps=first_steps)` and then
+`train(max_steps=total_steps)` with the Estimator's default checkpoint and summary cadence, then
+`evaluate(steps=eval_steps)` and `predict()` over `predict_batches` batches (either skipped at 0). It runs as
+
+* `ours`: `tpu_estimator.TPUEstimator(use_tpu=True)` with `EmbeddingConfigSpec(feature_columns=...)`;
+* `upstream`: `tf.compat.v1.estimator.tpu.TPUEstimator(use_tpu=False)` (tensorflow_estimator, TF 2.15) with the
+  same columns through `tf.compat.v1.tpu.experimental.embedding_column`.
+
+Rounds run `ours` then `upstream`, each a fresh process; the parent measures each process's wall time and CPU time
+(user + system, from `os.wait4`), so a round's pair shares the machine's state and is reported as a ratio
+(`upstream wall / ours wall`: above 1 ours is faster). The child reports its phases: import, the first `train()`
+(graph, session, first steps, checkpoints), the time from `train()` to the first step, and the loop rate of the
+second `train()` (examples/sec between its `Session.run` calls after the first).
+
+Two bounds for the loop rate, measured in their own processes: the input pipeline alone (the `input_fn`'s
+dataset drained in one `Session.run`) and the computation alone (the same program fed from a few batches cached in
+memory, "the pool"). A loop that overlaps input and computation perfectly on separate cores reaches the smaller of
+the two.
+
+Programs are YAML files in `configs/bench/P_*.yaml` (keys = `Program` fields). Run with
+`python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=5`.
+"""
+
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import yaml
+
+PROGRAM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "bench")
+IMPLEMENTATIONS = ("ours", "upstream")
+KINDS = ("program", "input", "compute")
+
+
+@dataclasses.dataclass
+class Program:
+    """One whole program.
+
+    Attributes:
+      name: the program's name (its file is `configs/bench/<name>.yaml`).
+      description: one line for reports.
+      source: 'synthetic' (Zipf ids generated in the process, sparse features in `tf.data`) or 'tfrecord'
+        (synthetic Criteo TFRecord files written before the rounds, read by the package's Criteo reader).
+      num_tables: tables, one sparse feature each ('synthetic'; 'tfrecord' has Criteo's 26).
+      rows: rows per table (for 'tfrecord': the largest hash-bucket count).
+      dim: embedding width.
+      batch_size: global batch size.
+      mlp: hidden units then output units (last must be 1).
+      num_dense: float inputs beside the embeddings ('synthetic'; 'tfrecord' has Criteo's 13).
+      zipf_exponent: power-law exponent of the ids' frequencies.
+      tfrecord_examples: examples written for 'tfrecord' (read repeatedly).
+      prefetch: the dataset's `prefetch` buffer ('synthetic'; the reader uses AUTOTUNE).
+      first_steps: `max_steps` of the first `train()`.
+      total_steps: `max_steps` of the second `train()`.
+      eval_steps: `evaluate(steps=...)` after training (AUC and loss); 0 skips it.
+      predict_batches: batches `predict()` reads after evaluation; 0 skips it.
+      iterations_per_loop: ours only (upstream's CPU path runs one step per `Session.run`).
+      shards: ours only.
+      learning_rate: Adagrad's (dense and embedding), initial accumulator 0.1.
+      compute_pool_batches: batches cached for the compute-only bound.
+      seed: data seed.
+    """
+
+    name: str
+    description: str = ""
+    source: str = "synthetic"
+    num_tables: int = 26
+    rows: int = 100000
+    dim: int = 16
+    batch_size: int = 1024
+    mlp: List[int] = dataclasses.field(default_factory=lambda: [512, 256, 1])
+    num_dense: int = 13
+    zipf_exponent: float = 1.2
+    tfrecord_examples: int = 65536
+    prefetch: int = 4
+    first_steps: int = 20
+    total_steps: int = 320
+    eval_steps: int = 100
+    predict_batches: int = 50
+    iterations_per_loop: int = 100
+    shards: int = 1
+    learning_rate: float = 0.05
+    compute_pool_batches: int = 8
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.source not in ("synthetic", "tfrecord"):
+            raise ValueError(f"program {self.name}: source must be 'synthetic' or 'tfrecord', got {self.source!r}")
+        if not 0 < self.first_steps < self.total_steps:
+            raise ValueError(f"program {self.name}: need 0 < first_steps < total_steps")
+        if self.mlp[-1] != 1:
+            raise ValueError(f"program {self.name}: the last mlp layer must have 1 unit, got {self.mlp}")
+
+
+def load_program(name_or_path: str, program_dir: str = PROGRAM_DIR) -> Program:
+    """A program from a YAML path or from its name in `configs/bench/`.
+
+    Raises:
+      ValueError: no such file, unknown keys, or invalid values.
+    """
+    path = name_or_path
+    if not os.path.exists(path):
+        path = os.path.join(program_dir, name_or_path if name_or_path.endswith(".yaml") else name_or_path + ".yaml")
+    if not os.path.exists(path):
+        known = sorted(p[:-5] for p in os.listdir(program_dir) if p.startswith("P_") and p.endswith(".yaml"))
+        raise ValueError(f"No program {name_or_path!r}: give a YAML path or one of {known}")
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    unknown = set(data) - {f.name for f in dataclasses.fields(Program)}
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    return Program(**data)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The program, run inside a child process.
+
+
+def zipf_cdf(rows: int, exponent: float) -> np.ndarray:
+    """The cumulative distribution of ranks `1..rows` with frequencies proportional to `rank ** -exponent`."""
+    weights = np.arange(1, rows + 1, dtype=np.float64) ** -exponent
+    return np.cumsum(weights / weights.sum()).astype(np.float32)
+
+
+def _synthetic_input_fn(p: Program) -> Callable:
+    """Batches generated in the pipeline (as a reader would produce them): per batch, Zipf ids for every feature
+    (inverse CDF of stateless uniforms; hot ids scattered over the table by a multiplicative hash), normal dense
+    inputs and Bernoulli(0.3) labels; each feature a `[B, 1]` SparseTensor."""
+    import tensorflow as tf
+
+    cdf = zipf_cdf(p.rows, p.zipf_exponent)
+
+    def make_batch(index, batch_size):
+        seed = tf.stack([tf.constant(p.seed, tf.int64), index])
+        uniform = tf.random.stateless_uniform([batch_size, p.num_tables], seed=seed)
+        ranks = tf.minimum(tf.searchsorted(tf.constant(cdf), tf.reshape(uniform, [-1])), p.rows - 1)
+        ids = tf.reshape((tf.cast(ranks, tf.int64) * 2654435761) % p.rows, [batch_size, p.num_tables])
+        indices = tf.stack([tf.range(batch_size, dtype=tf.int64), tf.zeros([batch_size], tf.int64)], axis=1)
+        shape = tf.constant([batch_size, 1], tf.int64)
+        features = {"f%02d" % t: tf.SparseTensor(indices, ids[:, t], shape) for t in range(p.num_tables)}
+        if p.num_dense:
+            features["dense"] = tf.random.stateless_normal([batch_size, p.num_dense], seed=seed + 1)
+        labels = tf.cast(tf.random.stateless_uniform([batch_size], seed=seed + 2) < 0.3, tf.float32)
+        return features, labels
+
+    def input_fn(params):
+        batch_size = params["batch_size"]
+        dataset = tf.data.Dataset.range(2**62).map(lambda i: make_batch(i, batch_size))
+        return dataset.prefetch(p.prefetch)
+
+    return input_fn
+
+
+def write_tfrecords(p: Program, directory: str) -> str:
+    """Writes the synthetic Criteo TFRecord file of a 'tfrecord' program; returns its path."""
+    from tpu_estimator.app import data_command
+
+    path = os.path.join(directory, f"{p.name}.tfrecord")
+    if not os.path.exists(path):
+        data_command.write_synthetic(path, p.tfrecord_examples, 0, p.seed, p.rows)
+    return path
+
+
+def _tfrecord_input_fn(p: Program, path: str) -> Callable:
+    from tpu_estimator.app.data import criteo, schema
+
+    sizes = schema.criteo_cardinalities(p.rows)
+
+    def input_fn(params):
+        dataset = criteo.criteo_tfrecord_dataset(
+            [path], params["batch_size"], sizes, drop_remainder=True, num_epochs=None
+        )
+        return dataset
+
+    return input_fn
+
+
+def _feature_names(p: Program):
+    """`(categorical feature -> bucket count, dense feature name or None)`."""
+    if p.source == "tfrecord":
+        from tpu_estimator.app.data import criteo, schema
+
+        sizes = schema.criteo_cardinalities(p.rows)
+        return dict(zip(criteo.CATEGORICAL_FEATURE_NAMES, sizes)), criteo.DENSE_FEATURE_NAME
+    return {"f%02d" % t: p.rows for t in range(p.num_tables)}, ("dense" if p.num_dense else None)
+
+
+def _model_fn(p: Program, columns, dense_key: Optional[str], spec_cls, cross_shard):
+    import tensorflow as tf
+
+    def metric_fn(labels, logits):
+        return {"auc": tf.compat.v1.metrics.auc(labels, tf.sigmoid(logits))}
+
+    def model_fn(features, labels, mode, params):
+        del params
+        net = tf.compat.v1.keras.layers.DenseFeatures(columns)(features)
+        if dense_key is not None:
+            net = tf.concat([net, features[dense_key]], axis=1)
+        for units in p.mlp[:-1]:
+            net = tf.compat.v1.layers.dense(net, units, activation=tf.nn.relu)
+        logits = tf.squeeze(tf.compat.v1.layers.dense(net, p.mlp[-1]), 1)
+        if mode == "infer":
+            return spec_cls(mode=mode, predictions={"probability": tf.sigmoid(logits)})
+        loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
+        if mode == "eval":
+            return spec_cls(mode=mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
+        optimizer = tf.compat.v1.train.AdagradOptimizer(p.learning_rate, initial_accumulator_value=0.1)
+        if cross_shard is not None:
+            optimizer = cross_shard(optimizer)
+        return spec_cls(mode=mode, loss=loss, train_op=optimizer.minimize(loss, tf.compat.v1.train.get_global_step()))
+
+    return model_fn
+
+
+def _estimator(p: Program, implementation: str, model_dir: str):
+    import tensorflow as tf
+
+    vocab, dense_key = _feature_names(p)
+    categorical = [tf.feature_column.categorical_column_with_identity(k, n) for k, n in vocab.items()]
+    columns = [tf.compat.v1.tpu.experimental.embedding_column(c, p.dim, combiner="sum") for c in categorical]
+    batch_sizes = dict(train_batch_size=p.batch_size, eval_batch_size=p.batch_size, predict_batch_size=p.batch_size)
+    if implementation == "upstream":
+        up = tf.compat.v1.estimator.tpu
+        spec = up.experimental.EmbeddingConfigSpec(
+            feature_columns=columns,
+            optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(p.learning_rate, 0.1),
+        )
+        return up.TPUEstimator(
+            model_fn=_model_fn(p, columns, dense_key, up.TPUEstimatorSpec, None),
+            config=up.RunConfig(model_dir=model_dir),
+            use_tpu=False,
+            embedding_config_spec=spec,
+            **batch_sizes,
+        )
+    import tpu_estimator as te
+    from tpu_estimator import experimental as tex
+
+    spec = tex.EmbeddingConfigSpec(
+        feature_columns=columns,
+        optimization_parameters=tex.AdagradParameters(p.learning_rate, initial_accumulator=0.1),
+    )
+    return te.TPUEstimator(
+        model_fn=_model_fn(p, columns, dense_key, te.TPUEstimatorSpec, te.CrossShardOptimizer),
+        config=te.RunConfig(
+            model_dir=model_dir,
+            tpu_config=te.TPUConfig(iterations_per_loop=p.iterations_per_loop, num_shards=p.shards),
+        ),
+        use_tpu=True,
+        embedding_config_spec=spec,
+        **batch_sizes,
+    )
+
+
+def _input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
+    return _tfrecord_input_fn(p, tfrecord_path) if p.source == "tfrecord" else _synthetic_input_fn(p)
+
+
+class _RunTimes(object):
+    """A session hook factory recording when the session was created and when each `Session.run` ended."""
+
+    def __init__(self):
+        self.created: Optional[float] = None
+        self.runs: List[float] = []
+        self.cpu: List[float] = []
+
+    def hook(self):
+        import tensorflow as tf
+
+        times = self
+
+        class RunTimesHook(tf.compat.v1.train.SessionRunHook):
+            def after_create_session(self, session, coord):
+                times.created = time.perf_counter()
+
+            def after_run(self, run_context, run_values):
+                times.runs.append(time.perf_counter())
+                times.cpu.append(time.process_time())
+
+        return RunTimesHook()
+
+
+def _train_phase(estimator, input_fn, max_steps: int, previous_steps: int, batch_size: int) -> Dict[str, float]:
+    """One `train()` call: its duration, time to session and to first step, and its loop rate after the first run."""
+    times = _RunTimes()
+    start = time.perf_counter()
+    estimator.train(input_fn, max_steps=max_steps, hooks=[times.hook()])
+    end = time.perf_counter()
+    steps = max_steps - previous_steps
+    out = {
+        "seconds": end - start,
+        "seconds_to_session": (times.created or end) - start,
+        "seconds_to_first_step": (times.runs[0] if times.runs else end) - start,
+        "runs": len(times.runs),
+    }
+    if len(times.runs) >= 2:
+        steps_after_first = steps * (len(times.runs) - 1) / len(times.runs)
+        seconds = times.runs[-1] - times.runs[0]
+        out["loop_examples_per_sec"] = steps_after_first * batch_size / seconds
+        # Cores the whole process kept busy during the loop (all threads: input, infeed, step).
+        out["loop_cores_busy"] = (times.cpu[-1] - times.cpu[0]) / seconds
+    return out
+
+
+def run_program(p: Program, implementation: str, model_dir: str, tfrecord_path: Optional[str]) -> Dict[str, Any]:
+    """The program itself: import, build, `train(first_steps)`, `train(total_steps)`; its phases in seconds."""
+    start = time.perf_counter()
+    import tensorflow as tf
+
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    if implementation == "ours":
+        import tpu_estimator  # noqa: F401 (its import is part of the program)
+    imported = time.perf_counter()
+    input_fn = _input_fn(p, tfrecord_path)
+    estimator = _estimator(p, implementation, model_dir)
+    first = _train_phase(estimator, input_fn, p.first_steps, 0, p.batch_size)
+    second = _train_phase(estimator, input_fn, p.total_steps, p.first_steps, p.batch_size)
+    out = {
+        "seconds_import": imported - start,
+        "first_train": first,
+        "second_train": second,
+        "loop_examples_per_sec": second.get("loop_examples_per_sec"),
+    }
+    if p.eval_steps:
+        begin = time.perf_counter()
+        metrics = estimator.evaluate(input_fn, steps=p.eval_steps)
+        out["evaluate"] = {"seconds": time.perf_counter() - begin, "auc": float(metrics["auc"])}
+    if p.predict_batches:
+
+        def predict_input_fn(params):
+            return input_fn(params).take(p.predict_batches).map(lambda features, labels: features)
+
+        begin = time.perf_counter()
+        rows = sum(1 for _ in estimator.predict(predict_input_fn, yield_single_examples=True))
+        out["predict"] = {"seconds": time.perf_counter() - begin, "rows": rows}
+    return out
+
+
+def run_input_only(p: Program, tfrecord_path: Optional[str], batches: int = 200) -> Dict[str, Any]:
+    """The input pipeline alone: `batches` batches of the `input_fn`'s dataset drained in one `Session.run`."""
+    import tensorflow as tf
+
+    with tf.Graph().as_default():
+        dataset = _input_fn(p, tfrecord_path)({"batch_size": p.batch_size})
+        warm = dataset.take(20).reduce(np.int64(0), lambda n, _: n + 1)
+        count = dataset.take(batches).reduce(np.int64(0), lambda n, _: n + 1)
+        with tf.compat.v1.Session() as session:
+            session.run(warm)
+            start, cpu = time.perf_counter(), time.process_time()
+            drained = session.run(count)
+            seconds = time.perf_counter() - start
+            cores = (time.process_time() - cpu) / seconds
+    return {"examples_per_sec": drained * p.batch_size / seconds, "batches": int(drained), "cores_busy": cores}
+
+
+def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_path: Optional[str]) -> Dict[str, Any]:
+    """The same training fed from `compute_pool_batches` batches cached in memory: the loop rate without input."""
+    input_fn = _input_fn(p, tfrecord_path)
+
+    def pooled_input_fn(params):
+        return input_fn(params).take(p.compute_pool_batches).cache().repeat().prefetch(p.prefetch)
+
+    estimator = _estimator(p, implementation, model_dir)
+    first = _train_phase(estimator, pooled_input_fn, p.first_steps, 0, p.batch_size)
+    second = _train_phase(estimator, pooled_input_fn, p.total_steps, p.first_steps, p.batch_size)
+    del first
+    return {"examples_per_sec": second.get("loop_examples_per_sec"), "cores_busy": second.get("loop_cores_busy")}
+
+
+def _child_main(request_json: str) -> None:
+    request = json.loads(request_json)
+    p = Program(**request["program"])
+    kind, implementation = request["kind"], request["implementation"]
+    if kind == "program":
+        result = run_program(p, implementation, request["model_dir"], request.get("tfrecord_path"))
+    elif kind == "input":
+        result = run_input_only(p, request.get("tfrecord_path"))
+    else:
+        result = run_compute_only(p, implementation, request["model_dir"], request.get("tfrecord_path"))
+    with open(request["output"], "w") as f:
+        json.dump(result, f)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The parent: processes in turn, per-pair ratios.
+
+
+@dataclasses.dataclass(frozen=True)
+class Interpreter:
+    """The Python (and source tree, first on `PYTHONPATH`) that runs one implementation."""
+
+    python: str = sys.executable
+    source_dir: Optional[str] = None
+
+
+def run_child(
+    p: Program,
+    kind: str,
+    implementation: str,
+    interpreter: Interpreter,
+    tfrecord_path: Optional[str],
+    timeout: float = 3600,
+) -> Dict[str, Any]:
+    """Runs one child process; returns its result plus the process's wall and CPU seconds, or `{'error': ...}`."""
+    with tempfile.TemporaryDirectory(prefix="program_bench_") as tmp:
+        request = {
+            "program": dataclasses.asdict(p),
+            "kind": kind,
+            "implementation": implementation,
+            "model_dir": os.path.join(tmp, "model"),
+            "output": os.path.join(tmp, "result.json"),
+            "tfrecord_path": tfrecord_path,
+        }
+        env = dict(os.environ)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env.setdefault("TF_USE_LEGACY_KERAS", "1")
+        if interpreter.source_dir:
+            env["PYTHONPATH"] = os.pathsep.join(x for x in (interpreter.source_dir, env.get("PYTHONPATH")) if x)
+        cmd = [interpreter.python, "-m", "tpu_estimator.app.program_benchmark", json.dumps(request)]
+        start = time.perf_counter()
+        with open(os.path.join(tmp, "stderr"), "w+") as stderr:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp)
+            try:
+                _, status, usage = _wait4(proc, timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return {"error": f"timed out after {timeout:.0f} s"}
+            wall = time.perf_counter() - start
+            stderr.seek(0)
+            tail = stderr.read().strip().splitlines()[-8:]
+        if status != 0 or not os.path.exists(request["output"]):
+            return {"error": f"exit status {status}: " + " | ".join(tail)}
+        with open(request["output"]) as f:
+            result = json.load(f)
+    cpu = usage.ru_utime + usage.ru_stime
+    result.update(wall_seconds=wall, cpu_seconds=cpu, cores_busy=cpu / wall)
+    return result
+
+
+def _wait4(proc: subprocess.Popen, timeout: float):
+    """`os.wait4` with a deadline: `(pid, exit status, rusage)` of the child."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return pid, proc.returncode, usage
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(0.02)
+
+
+def _summary(values: Sequence[Optional[float]]) -> Optional[Dict[str, float]]:
+    good = [v for v in values if v is not None]
+    if not good:
+        return None
+    return {"median": statistics.median(good), "min": min(good), "max": max(good), "values": good}
+
+
+def compare(
+    p: Program,
+    runs: int,
+    interpreters: Dict[str, Interpreter],
+    bounds: bool = True,
+    log: Callable[[str], None] = print,
+) -> Dict[str, Any]:
+    """Runs the program `runs` times per implementation in turn (ours, upstream, ours, ...), then the bounds.
+
+    Returns:
+      `{'program', 'rounds': [{impl: result}], 'ratios': {...}, 'bounds': {...}}`; ratios are upstream / ours
+      per round (wall time: above 1 ours is faster; loop rate: ours / upstream).
+    """
+    tfrecord_path = None
+    workdir = tempfile.mkdtemp(prefix="program_bench_data_")
+    if p.source == "tfrecord":
+        tfrecord_path = write_tfrecords(p, workdir)
+    rounds: List[Dict[str, Dict[str, Any]]] = []
+    for r in range(runs):
+        round_results = {}
+        for implementation in IMPLEMENTATIONS:
+            result = run_child(p, "program", implementation, interpreters[implementation], tfrecord_path)
+            round_results[implementation] = result
+            if "error" in result:
+                log(f"round {r + 1}/{runs} {implementation}: ERROR {result['error']}")
+            else:
+                log(
+                    f"round {r + 1}/{runs} {implementation}: {result['wall_seconds']:.1f} s wall, "
+                    f"{result['cpu_seconds']:.1f} s CPU, loop {result['loop_examples_per_sec'] or 0:,.0f} examples/s"
+                )
+        rounds.append(round_results)
+    complete = [rr for rr in rounds if all("error" not in rr[i] for i in IMPLEMENTATIONS)]
+    ratios = {
+        "wall_upstream_over_ours": _summary(
+            [rr["upstream"]["wall_seconds"] / rr["ours"]["wall_seconds"] for rr in complete]
+        ),
+        "evaluate_upstream_over_ours": _phase_ratio(complete, "evaluate"),
+        "predict_upstream_over_ours": _phase_ratio(complete, "predict"),
+        "loop_ours_over_upstream": _summary(
+            [
+                rr["ours"]["loop_examples_per_sec"] / rr["upstream"]["loop_examples_per_sec"]
+                for rr in complete
+                if rr["ours"]["loop_examples_per_sec"] and rr["upstream"]["loop_examples_per_sec"]
+            ]
+        ),
+    }
+    result = {"program": dataclasses.asdict(p), "rounds": rounds, "ratios": ratios}
+    if bounds:
+        result["bounds"] = {
+            "input": run_child(p, "input", "ours", interpreters["ours"], tfrecord_path),
+            **{
+                f"compute_{implementation}": run_child(
+                    p, "compute", implementation, interpreters[implementation], tfrecord_path
+                )
+                for implementation in IMPLEMENTATIONS
+            },
+        }
+        log(
+            "bounds: " + json.dumps({k: v.get("examples_per_sec", v.get("error")) for k, v in result["bounds"].items()})
+        )
+    return result
+
+
+def _phase_ratio(rounds, phase: str) -> Optional[Dict[str, float]]:
+    """Per round, upstream's seconds in `phase` over ours (above 1: ours is faster)."""
+    return _summary(
+        [rr["upstream"][phase]["seconds"] / rr["ours"][phase]["seconds"] for rr in rounds if phase in rr["ours"]]
+    )
+
+
+def _per_impl(rounds, implementation: str, get: Callable[[Dict[str, Any]], Optional[float]]):
+    return _summary([get(rr[implementation]) for rr in rounds if "error" not in rr[implementation]])
+
+
+def _cell(summary: Optional[Dict[str, float]], fmt: str = "{:.1f}") -> str:
+    if summary is None:
+        return "-"
+    return f"{fmt.format(summary['median'])} ({fmt.format(summary['min'])}-{fmt.format(summary['max'])})"
+
+
+def markdown(result: Dict[str, Any]) -> str:
+    """The report: per implementation, medians (ranges) of each figure; per-pair ratios; the bounds."""
+    p = result["program"]
+    rounds = result["rounds"]
+    figures = [
+        ("wall time, whole process (s)", lambda r: r["wall_seconds"], "{:.1f}"),
+        ("CPU time, user + system (s)", lambda r: r["cpu_seconds"], "{:.1f}"),
+        ("cores busy (CPU / wall)", lambda r: r["cores_busy"], "{:.2f}"),
+        ("import (s)", lambda r: r["seconds_import"], "{:.1f}"),
+        (
+            "first `train()`: graph, session, first steps, checkpoints (s)",
+            lambda r: r["first_train"]["seconds"],
+            "{:.1f}",
+        ),
+        ("`train()` to first step, first call (s)", lambda r: r["first_train"]["seconds_to_first_step"], "{:.2f}"),
+        ("second `train()` (s)", lambda r: r["second_train"]["seconds"], "{:.1f}"),
+        ("loop, second `train()` (examples/s)", lambda r: r["loop_examples_per_sec"], "{:,.0f}"),
+        ("`evaluate(steps=eval_steps)`, whole call (s)", lambda r: r.get("evaluate", {}).get("seconds"), "{:.1f}"),
+        (
+            "`predict()` of predict_batches batches, whole call (s)",
+            lambda r: r.get("predict", {}).get("seconds"),
+            "{:.1f}",
+        ),
+        ("cores busy in that loop", lambda r: r["second_train"].get("loop_cores_busy"), "{:.2f}"),
+    ]
+    lines = [
+        f"Program `{p['name']}`: {p['description']} ({len(rounds)} rounds, ours then upstream in each)",
+        "",
+        "| figure: median (range) | ours | upstream |",
+        "|---|---:|---:|",
+    ]
+    for label, get, fmt in figures:
+        cells = [_cell(_per_impl(rounds, i, get), fmt) for i in IMPLEMENTATIONS]
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    ratios = result["ratios"]
+    lines += [
+        "",
+        f"Per-pair ratios: wall time upstream / ours **{_cell(ratios['wall_upstream_over_ours'], '{:.2f}')}**; "
+        f"loop rate ours / upstream {_cell(ratios['loop_ours_over_upstream'], '{:.2f}')}; "
+        f"`evaluate()` upstream / ours {_cell(ratios['evaluate_upstream_over_ours'], '{:.2f}')}; "
+        f"`predict()` upstream / ours {_cell(ratios['predict_upstream_over_ours'], '{:.2f}')}.",
+    ]
+    bounds = result.get("bounds")
+    if bounds:
+        rates = {k: v.get("examples_per_sec") for k, v in bounds.items()}
+        lines.append(
+            "Bounds (examples/s): input pipeline alone {}; computation alone (pool): ours {}, upstream {}.".format(
+                *(
+                    f"{rates[k]:,.0f}" if rates.get(k) else "failed"
+                    for k in ("input", "compute_ours", "compute_upstream")
+                )
+            )
+        )
+        ours_loop = _per_impl(rounds, "ours", lambda r: r["loop_examples_per_sec"])
+        if ours_loop and rates.get("input") and rates.get("compute_ours"):
+            bound = min(rates["input"], rates["compute_ours"])
+            lines.append(f"Ours' loop reaches {ours_loop['median'] / bound:.0%} of min(input, compute) = {bound:,.0f}.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1])
