@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from google.protobuf import text_format
 
@@ -57,7 +58,7 @@ def run_cluster(tmp_path, jobs, core="ours", evaluator=True, throttle_secs=1, sa
       AssertionError: a task failed or did not end within `DEADLINE_SECS` (with its log).
     """
     model_dir, files = tmp_path / "model", tmp_path / "files"
-    files.mkdir()
+    files.mkdir(parents=True)
     ports = iter(free_ports(sum(jobs.values())))
     cluster = {job: ["127.0.0.1:{}".format(next(ports)) for _ in range(n)] for job, n in jobs.items()}
     tasks = [(job, i) for job, n in jobs.items() for i in range(n)] + ([("evaluator", 0)] if evaluator else [])
@@ -162,3 +163,36 @@ def test_ps_chief_worker_and_evaluator_train_and_evaluate_together(tmp_path):
     assert 1 <= len(os.listdir(run.model_dir / "export" / "best")) <= 2
     # The ps served until the end, and stopped only when the test stopped it.
     assert run.ps_was_running and run.ps_returncode != 0
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize("chief", ["chief", "master"])
+def test_a_deterministic_cluster_trains_and_evaluates_as_upstream(tmp_path, chief):
+    # One training task and a ps: the same variables, checkpoints and evaluations with either core. A `chief` is
+    # evaluated by the evaluator task (its last evaluation is the final checkpoint's); a `master` evaluates after each
+    # of its checkpoints itself.
+    with_evaluator = chief == "chief"
+    runs = {
+        core: run_cluster(tmp_path / core, {"ps": 1, chief: 1}, core=core, evaluator=with_evaluator, throttle_secs=0)
+        for core in ("ours", "upstream")
+    }
+    for core, run in runs.items():
+        assert run.steps(chief) == MAX_STEPS, core
+        assert graph_pbtxt_devices(run.model_dir)["w"] == "/job:ps/task:0", core
+        assert run.ps_was_running, core
+    ours, theirs = (runs[core].model_dir for core in ("ours", "upstream"))
+    for name in ("w", "b", "global_step"):
+        np.testing.assert_allclose(
+            tf.train.load_variable(str(ours), name), tf.train.load_variable(str(theirs), name), rtol=1e-6, err_msg=name
+        )
+    assert helpers.model_dir_files(str(ours)) == helpers.model_dir_files(str(theirs))
+    for tag in ("loss", "mae"):
+        got, expected = (helpers.event_values(str(d / "eval"), tag) for d in (ours, theirs))
+        if not with_evaluator:  # after the checkpoints at 5, 10, 15 and the final one
+            assert [step for step, _ in got] == [step for step, _ in expected] == [5, 10, 15, 20]
+        got, expected = dict(got), dict(expected)
+        np.testing.assert_allclose(got[MAX_STEPS], expected[MAX_STEPS], rtol=1e-6, err_msg=tag)
+        if not with_evaluator:
+            np.testing.assert_allclose(list(got.values()), list(expected.values()), rtol=1e-6, err_msg=tag)
+    for name in ("final", "best"):
+        assert len(os.listdir(ours / "export" / name)) == len(os.listdir(theirs / "export" / name)), name
