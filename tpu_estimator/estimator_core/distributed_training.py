@@ -87,41 +87,41 @@ def run_task(estimator, train_spec, eval_spec) -> None:
 
 def _roles() -> Dict[str, Callable]:
     return {
-        TaskType.CHIEF: run_chief,
-        TaskType.EVALUATOR: run_evaluator,
-        TaskType.MASTER: run_master,
-        TaskType.PS: run_ps,
-        TaskType.WORKER: run_worker,
+        TaskType.CHIEF: _run_chief,
+        TaskType.EVALUATOR: _run_evaluator,
+        TaskType.MASTER: _run_master,
+        TaskType.PS: _run_ps,
+        TaskType.WORKER: _run_worker,
     }
 
 
-def run_chief(estimator, train_spec, eval_spec) -> None:
+def _run_chief(estimator, train_spec, eval_spec) -> None:
     """The chief: trains (initialises, checkpoints, writes summaries) with the train spec's saving listeners."""
     del eval_spec
     _start_distributed_training(estimator, train_spec, saving_listeners=train_spec.saving_listeners)
 
 
-def run_worker(estimator, train_spec, eval_spec) -> None:
+def _run_worker(estimator, train_spec, eval_spec) -> None:
     """A worker: trains after a start delay; no checkpoints, no saving listeners."""
     del eval_spec
     _start_distributed_training(estimator, train_spec)
 
 
-def run_master(estimator, train_spec, eval_spec) -> None:
+def _run_master(estimator, train_spec, eval_spec) -> None:
     """The TF1 `master`: trains as the chief and evaluates (then exports) after its checkpoints, throttled."""
     evaluator = evaluator_lib.Evaluator(estimator, eval_spec, train_spec.max_steps)
     listener = evaluator_lib.EvaluateAfterCheckpoint(evaluator, eval_spec.throttle_secs)
     _start_distributed_training(estimator, train_spec, saving_listeners=train_spec.saving_listeners + (listener,))
 
 
-def run_ps(estimator, train_spec, eval_spec) -> None:
+def _run_ps(estimator, train_spec, eval_spec) -> None:
     """A parameter server: serves the variables placed on it until the process is stopped (never returns)."""
     del train_spec, eval_spec
     server = start_std_server(estimator.config)
     server.join()
 
 
-def run_evaluator(estimator, train_spec, eval_spec) -> None:
+def _run_evaluator(estimator, train_spec, eval_spec) -> None:
     """The evaluator: evaluates each new checkpoint until one reaches the train spec's `max_steps`."""
     evaluator_lib.evaluate_continuously(estimator, eval_spec, train_spec.max_steps)
 
