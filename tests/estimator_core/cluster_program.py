@@ -12,10 +12,10 @@ import os
 import sys
 import time
 
+import tensorflow as tf
+
 from tests.estimator_core import helpers
 from tpu_estimator import estimator as tf_estimator
-
-import tensorflow as tf  # isort: skip
 
 WORKER_BATCHES = 8
 WAIT_SECS = 180
