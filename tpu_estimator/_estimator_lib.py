@@ -61,6 +61,7 @@ if _upstream is not None:
     Exporter = _exporter.Exporter
     FinalExporter = _exporter.FinalExporter
     LatestExporter = _exporter.LatestExporter
+    BestExporter = _exporter.BestExporter
 else:
     CORE = "ours"
     from tpu_estimator import estimator_core as _core
@@ -84,3 +85,4 @@ else:
     Exporter = _core.Exporter
     FinalExporter = _core.FinalExporter
     LatestExporter = _core.LatestExporter
+    BestExporter = _core.BestExporter

@@ -68,6 +68,10 @@ class TPUEstimator(_estimator_lib.Estimator):
       TypeError: batch sizes that are not integers.
     """
 
+    # One client builds the graph over every host (docs/DISTRIBUTED.md): `train_and_evaluate` of our Estimator core
+    # runs its local loop in that client instead of giving each TF_CONFIG task a between-graph role.
+    _REPLICATES_IN_GRAPH = True
+
     def __init__(
         self,
         model_fn=None,

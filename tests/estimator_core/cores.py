@@ -16,6 +16,7 @@ OURS = types.SimpleNamespace(
     train_and_evaluate=estimator_core.train_and_evaluate,
     FinalExporter=estimator_core.FinalExporter,
     LatestExporter=estimator_core.LatestExporter,
+    BestExporter=estimator_core.BestExporter,
     export=estimator_core.export_lib,
 )
 
@@ -37,5 +38,6 @@ def upstream():
         train_and_evaluate=upstream_estimator.train_and_evaluate,
         FinalExporter=upstream_estimator.FinalExporter,
         LatestExporter=upstream_estimator.LatestExporter,
+        BestExporter=upstream_estimator.BestExporter,
         export=upstream_estimator.export,
     )

@@ -72,16 +72,47 @@ def test_train_and_evaluate_matches_upstream(tmp_path, monkeypatch):
     assert ours[2:] == theirs[2:]
 
 
-def test_train_and_evaluate_rejects_a_distributed_tf_config(tmp_path, monkeypatch):
+def _set_tf_config(monkeypatch, task_type, index=0, cluster=None, **extra):
+    cluster = cluster or {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
     monkeypatch.setenv(
-        "TF_CONFIG",
-        json.dumps({"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}),
+        "TF_CONFIG", json.dumps(dict(cluster=cluster, task={"type": task_type, "index": index}, **extra))
     )
-    estimator = _estimator(OURS, tmp_path)
-    with pytest.raises(NotImplementedError, match="distributed TF_CONFIG .*task type 'worker'.* not supported"):
-        OURS.train_and_evaluate(
-            estimator, OURS.TrainSpec(helpers.input_fn(), max_steps=1), OURS.EvalSpec(helpers.input_fn())
+
+
+def _specs():
+    return OURS.TrainSpec(helpers.input_fn(), max_steps=1), OURS.EvalSpec(helpers.input_fn())
+
+
+def test_distributed_task_errors(tmp_path, monkeypatch):
+    _set_tf_config(monkeypatch, "evaluator", index=1)
+    with pytest.raises(ValueError, match="only be one `evaluator` task .*Given task id 1"):
+        OURS.train_and_evaluate(_estimator(OURS, tmp_path), *_specs())
+    _set_tf_config(monkeypatch, "other", cluster={"chief": ["127.0.0.1:1"], "other": ["127.0.0.1:2"]})
+    with pytest.raises(ValueError, match=r"Task type other is not supported. Supported task types are \['chief', "):
+        OURS.train_and_evaluate(_estimator(OURS, tmp_path), *_specs())
+
+
+def test_worker_start_delay_and_std_server_of_a_one_task_cluster(monkeypatch):
+    from tpu_estimator.estimator_core import distributed_training
+
+    delays = {}
+    for task_type, index, max_delay in (
+        ("chief", 0, None),
+        ("worker", 0, None),
+        ("worker", 2, None),
+        ("worker", 20, None),
+        ("worker", 2, 7),
+    ):
+        _set_tf_config(
+            monkeypatch, task_type, index, cluster={"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"] * 21}
         )
+        config = OURS.RunConfig(experimental_max_worker_delay_secs=max_delay)
+        delays[(task_type, index, max_delay)] = distributed_training.worker_start_delay_secs(config)
+    assert list(delays.values()) == [0, 5, 15, 60, 7]
+    # A cluster of one chief: no server (its session is in-process), as upstream.
+    _set_tf_config(monkeypatch, "chief", cluster={"chief": ["127.0.0.1:1"]})
+    config = OURS.RunConfig()
+    assert config.master == "" and distributed_training.start_std_server(config) is None
 
 
 def test_spec_validation():

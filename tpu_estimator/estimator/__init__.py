@@ -45,8 +45,10 @@ VocabInfo = _estimator_lib.VocabInfo
 Exporter = _estimator_lib.Exporter
 FinalExporter = _estimator_lib.FinalExporter
 LatestExporter = _estimator_lib.LatestExporter
+BestExporter = _estimator_lib.BestExporter
 
 __all__ = list(HOOK_NAMES) + [
+    "BestExporter",
     "Estimator",
     "EstimatorSpec",
     "EvalSpec",

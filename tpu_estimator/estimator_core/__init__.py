@@ -9,7 +9,7 @@ programs use, built on what TensorFlow core still has (`MonitoredTrainingSession
 from tpu_estimator.estimator_core import export_lib, export_output
 from tpu_estimator.estimator_core.cluster import TaskType
 from tpu_estimator.estimator_core.estimator import Estimator
-from tpu_estimator.estimator_core.exporters import Exporter, FinalExporter, LatestExporter
+from tpu_estimator.estimator_core.exporters import BestExporter, Exporter, FinalExporter, LatestExporter
 from tpu_estimator.estimator_core.inputs import fn_args, parse_input_fn_result
 from tpu_estimator.estimator_core.mode_keys import ModeKeys
 from tpu_estimator.estimator_core.model_fn import EstimatorSpec, verify_model_fn_args
@@ -18,6 +18,7 @@ from tpu_estimator.estimator_core.training import EvalSpec, TrainSpec, train_and
 from tpu_estimator.estimator_core.warm_starting import VocabInfo, WarmStartSettings
 
 __all__ = [
+    "BestExporter",
     "Estimator",
     "EstimatorSpec",
     "EvalSpec",

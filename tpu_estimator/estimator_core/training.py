@@ -1,12 +1,15 @@
-"""`TrainSpec`, `EvalSpec` and `train_and_evaluate`: train, evaluating (and exporting) after each checkpoint."""
+"""`TrainSpec`, `EvalSpec` and `train_and_evaluate`: train, evaluating (and exporting) after each checkpoint.
+
+Locally here; on a cluster each task's role is in `distributed_training`; the evaluation itself in `evaluator`.
+"""
 
 import collections
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
-from tensorflow.python.training import basic_session_run_hooks
 
+from tpu_estimator.estimator_core import distributed_training
+from tpu_estimator.estimator_core import evaluator as evaluator_lib
 from tpu_estimator.estimator_core.cluster import TaskType
 from tpu_estimator.estimator_core.exporters import Exporter
 
@@ -140,12 +143,21 @@ class EvalSpec(
         )
 
 
-def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec) -> Tuple[Optional[Dict], List[Any]]:
-    """Trains `estimator` with `train_spec`, evaluating with `eval_spec` after checkpoints, locally.
+def train_and_evaluate(
+    estimator, train_spec: TrainSpec, eval_spec: EvalSpec
+) -> Optional[Tuple[Optional[Dict], List[Any]]]:
+    """Trains `estimator` with `train_spec` and evaluates it with `eval_spec`, locally or as this task of a cluster.
 
-    As upstream's local mode: the evaluation (and the exporters) run after each checkpoint save at most every
-    `eval_spec.throttle_secs`, and once more after the last checkpoint unless it was just evaluated. Checkpoint
-    frequency comes from `RunConfig.save_checkpoints_steps/secs`.
+    Locally (no `cluster` in `TF_CONFIG`), as upstream's: the evaluation (and the exporters) run after each
+    checkpoint save at most every `eval_spec.throttle_secs`, and once more after the last checkpoint unless it was
+    just evaluated. Checkpoint frequency comes from `RunConfig.save_checkpoints_steps/secs`.
+
+    With a distributed `TF_CONFIG`, this task plays its role (`distributed_training.run_task`): `chief`, `worker`
+    and `master` train between-graph with the variables on the `ps` tasks (the `master` also evaluates after its
+    checkpoints), a `ps` serves until stopped, the `evaluator` evaluates each new checkpoint.
+
+    A `TPUEstimator` replicates in-graph over its hosts from one client (docs/DISTRIBUTED.md), so it always runs
+    the local loop in this process, the cluster's client; a `TF_CONFIG` task of another role is an error.
 
     Args:
       estimator: an `Estimator` (of this core).
@@ -153,12 +165,13 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec) ->
       eval_spec: an `EvalSpec`.
 
     Returns:
-      `(metrics of the last evaluation or None, export results of the last evaluation)`.
+      Locally: `(metrics of the last evaluation or None, export results of the last evaluation)`. On a cluster:
+      None (upstream leaves it undefined).
 
     Raises:
       TypeError: arguments of the wrong type.
-      NotImplementedError: a distributed `TF_CONFIG` (cluster or evaluator task): this core runs
-        `train_and_evaluate` on one machine only.
+      ValueError: an `evaluator` task with an index > 0, a task type without a role, or a `TPUEstimator` task that
+        is not its cluster's client.
       RuntimeError: no new checkpoint after training to evaluate.
     """
     from tpu_estimator.estimator_core.estimator import Estimator
@@ -170,14 +183,18 @@ def train_and_evaluate(estimator, train_spec: TrainSpec, eval_spec: EvalSpec) ->
     if not isinstance(train_spec, TrainSpec):
         raise TypeError("`train_spec` must have type `tf.estimator.TrainSpec`. Got: {}".format(type(train_spec)))
     config = estimator.config
-    if config.cluster_spec or config.task_type == TaskType.EVALUATOR:
-        raise NotImplementedError(
-            "train_and_evaluate with a distributed TF_CONFIG (task type {!r}, cluster {}) is not supported by "
-            "tpu_estimator's Estimator core: it trains and evaluates on one machine. Unset the 'cluster' and 'task' "
-            "of TF_CONFIG, or use upstream's tf.estimator on TensorFlow 2.15.".format(
-                config.task_type, config.cluster_spec.as_dict() if config.cluster_spec else {}
-            )
+    if distributed_training.replicates_in_graph(estimator):
+        distributed_training.check_in_graph_client_task()
+        return _run_local(estimator, train_spec, eval_spec)
+    if config.task_type == TaskType.EVALUATOR and config.task_id > 0:
+        raise ValueError(
+            "For distributed training, there can only be one `evaluator` task (with task id 0).  Given task id "
+            "{}".format(config.task_id)
         )
+    if config.cluster_spec or config.task_type == TaskType.EVALUATOR:
+        distributed_training.run_task(estimator, train_spec, eval_spec)
+        return None
+    tf.compat.v1.logging.info("Running training and evaluation locally (non-distributed).")
     return _run_local(estimator, train_spec, eval_spec)
 
 
@@ -188,8 +205,8 @@ def _run_local(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
             estimator.config.save_checkpoints_steps, estimator.config.save_checkpoints_secs
         )
     )
-    evaluator = _Evaluator(estimator, eval_spec, train_spec.max_steps)
-    listener = _EvaluateAfterCheckpoint(evaluator, eval_spec.throttle_secs)
+    evaluator = evaluator_lib.Evaluator(estimator, eval_spec, train_spec.max_steps)
+    listener = evaluator_lib.EvaluateAfterCheckpoint(evaluator, eval_spec.throttle_secs)
     estimator.train(
         input_fn=train_spec.input_fn,
         max_steps=train_spec.max_steps,
@@ -198,104 +215,3 @@ def _run_local(estimator, train_spec: TrainSpec, eval_spec: EvalSpec):
     )
     metrics = listener.eval_result.metrics if listener.eval_result else None
     return metrics, listener.export_results
-
-
-class _EvalResult(collections.namedtuple("EvalResult", ["status", "metrics", "checkpoint_path"])):
-    EVALUATED = "evaluated"
-    MISSING_CHECKPOINT = "missing checkpoint"
-    NO_NEW_CHECKPOINT = "no new checkpoint"
-
-    def __new__(cls, status, metrics=None, checkpoint_path=None):
-        return super(_EvalResult, cls).__new__(cls, status, metrics, checkpoint_path)
-
-
-class _Evaluator(object):
-    """Evaluates the latest checkpoint (once per checkpoint) and runs the exporters."""
-
-    def __init__(self, estimator, eval_spec: EvalSpec, max_training_steps: Optional[int]):
-        self._estimator = estimator
-        self._eval_spec = eval_spec
-        self._max_training_steps = max_training_steps
-        self._previous_ckpt_path = None
-
-    def evaluate_and_export(self):
-        latest_ckpt_path = self._estimator.latest_checkpoint()
-        if not latest_ckpt_path:
-            tf.compat.v1.logging.warning(
-                "Estimator is not trained yet. Will start an evaluation when a checkpoint is ready."
-            )
-            return _EvalResult(_EvalResult.MISSING_CHECKPOINT), []
-        if latest_ckpt_path == self._previous_ckpt_path:
-            tf.compat.v1.logging.warning(
-                "No new checkpoint ready for evaluation. Skip the current evaluation pass as evaluation results are "
-                "expected to be same for the same checkpoint."
-            )
-            return _EvalResult(_EvalResult.NO_NEW_CHECKPOINT), []
-        metrics = self._estimator.evaluate(
-            input_fn=self._eval_spec.input_fn,
-            steps=self._eval_spec.steps,
-            name=self._eval_spec.name,
-            checkpoint_path=latest_ckpt_path,
-            hooks=self._eval_spec.hooks,
-        )
-        result = _EvalResult(_EvalResult.EVALUATED, metrics=metrics, checkpoint_path=latest_ckpt_path)
-        is_final = bool(
-            self._max_training_steps and result.metrics[tf.compat.v1.GraphKeys.GLOBAL_STEP] >= self._max_training_steps
-        )
-        export_results = self._export(result, is_final)
-        self._previous_ckpt_path = latest_ckpt_path
-        return result, export_results
-
-    def _export(self, eval_result: _EvalResult, is_the_final_export: bool) -> List[Any]:
-        export_dir_base = os.path.join(tf.compat.as_str_any(self._estimator.model_dir), "export")
-        return [
-            exporter.export(
-                estimator=self._estimator,
-                export_path=os.path.join(export_dir_base, tf.compat.as_str_any(exporter.name)),
-                checkpoint_path=eval_result.checkpoint_path,
-                eval_result=eval_result.metrics,
-                is_the_final_export=is_the_final_export,
-            )
-            for exporter in self._eval_spec.exporters
-        ]
-
-
-class _EvaluateAfterCheckpoint(tf.compat.v1.train.CheckpointSaverListener):
-    """Evaluates after checkpoint saves (not the first one, at step 0), throttled; and after the last one."""
-
-    def __init__(self, evaluator: _Evaluator, eval_throttle_secs: int):
-        self._evaluator = evaluator
-        self._eval_throttle_secs = eval_throttle_secs
-        self.eval_result = None
-        self.export_results = None
-        self._timer = None
-        self._is_first_run = True
-
-    def begin(self) -> None:
-        self._timer = basic_session_run_hooks.SecondOrStepTimer(every_secs=self._eval_throttle_secs)
-        self._is_first_run = True
-
-    def after_save(self, session, global_step_value) -> None:
-        del session
-        if self._is_first_run:
-            self._is_first_run = False
-            return
-        if self._timer.should_trigger_for_step(global_step_value):
-            self._evaluate(global_step_value)
-        else:
-            tf.compat.v1.logging.info(
-                "Skip the current checkpoint eval due to throttle secs ({} secs).".format(self._eval_throttle_secs)
-            )
-
-    def end(self, session, global_step_value) -> None:
-        del session
-        if global_step_value != self._timer.last_triggered_step():
-            self._evaluate(global_step_value)
-
-    def _evaluate(self, global_step_value) -> None:
-        self._timer.update_last_triggered_step(global_step_value)
-        self.eval_result, self.export_results = self._evaluator.evaluate_and_export()
-        if self.eval_result.status != _EvalResult.EVALUATED:
-            raise RuntimeError(
-                "There was no new checkpoint after the training. Eval status: {}".format(self.eval_result.status)
-            )
