@@ -2,13 +2,15 @@
 
 Per step, on the host: the embedding features are popped from every replica's `features`, the ids of all replicas
 are joined into the global batch, deduplicated per table and looked up once per table (one gather per table
-shard); each replica gets its rows of the activations under the feature key. On a cluster each host does this
-for its own replicas on its CPU (ids deduplicated per host before they cross the network; rows come back to the
-host, which combines them), and each table shard sums the hosts' gradients per unique id before its one update. The activations pass through a
+shard); each replica gets its rows of the activations under the feature key. The activations pass through a
 gradient tap (upstream's "dummy table variable" trick): the model's own optimizer differentiates its (scaled)
 loss with respect to a dummy variable per table, and the tap records the activation gradient of every replica.
 After the replicas are built, those gradients are joined and the engine applies the embedding optimizer once per
 unique id. The model's optimizer never touches the tables.
+
+On a cluster of several hosts, each host does the host stage for its own replicas on its CPU: its ids are
+deduplicated before they cross the network, its unique ids' rows come back to it from the table shards and it
+combines them; each shard sums the hosts' gradients per unique id before its one update.
 """
 
 import collections

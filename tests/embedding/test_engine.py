@@ -270,6 +270,30 @@ def test_non_finite_gradient_is_an_error_before_any_update():
     assert_state_close(engine_state(engine), before, tol=0)
 
 
+@pytest.mark.parametrize("pending", [False, True])
+def test_non_finite_gradient_of_one_part_is_an_error_before_any_update(pending):
+    engine = EmbeddingEngine(feature_config(), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
+    before = engine_state(engine)
+    parts = []
+    for index, rows in enumerate([slice(0, 2), slice(2, 3)]):
+        features, weights = _tf_inputs(_rows(BATCHES[0], rows), batch_size=len(range(BATCH_SIZE)[rows]))
+        batches = engine.preprocess(features, weights)
+        grads = {f: tf.ones_like(a) for f, a in engine.activations(batches).items()}
+        if index == 1:
+            grads["cat"] = grads["cat"] * np.inf
+        if pending:
+            unique_ids = {name: b.unique_ids for name, b in batches.items()}
+            parts.append((unique_ids, engine.table_gradients(batches, grads), CPUS[index]))
+        else:
+            parts.append((batches, grads, CPUS[index]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="table 'B'"):
+        if pending:
+            engine.apply_table_gradients_of_parts(parts)
+        else:
+            engine.apply_gradients_of_parts(parts)
+    assert_state_close(engine_state(engine), before, tol=0)
+
+
 @pytest.mark.parametrize("poison", ["activation_grad", "multiplier", "weight"])
 def test_non_finite_gradient_input_is_an_error_in_graphs_before_any_update(poison):
     with tf.Graph().as_default():
