@@ -316,6 +316,48 @@ class EmbeddingEngine(tf.Module):
             self._require_optimizers()
             return self._apply(unique_ids, grads, learning_rate_override, checks, sorted_ids=True)
 
+    def apply_gradients_of_parts(
+        self,
+        parts: Sequence[Tuple[Mapping[str, Any], Any, Any]],
+        learning_rate_override: Any = None,
+        gradient_multiplier: Any = None,
+        check_numerics: bool = True,
+    ) -> Optional[tf.Operation]:
+        """`apply_gradients` of a batch preprocessed in parts, each part on its own device (e.g. one per host).
+
+        Per part, on its device: the checks of `apply_gradients` and the gradient of its unique ids. Each table
+        shard then sums the parts' gradients per id and applies its optimizer ONCE per unique id of the whole
+        batch (`ShardedTable.apply_summed_gradient_ops`): the update `apply_gradients` makes for the joined batch,
+        up to the float summation order. Every table update waits for every part's checks.
+
+        Args:
+          parts: per part, `(batches, activation_grads, device)`: the output of `preprocess` for its rows, the
+            gradients of their activations (as in `apply_gradients`), and where its work runs.
+          learning_rate_override: Scalar used for every table instead of the optimizers' learning rates.
+          gradient_multiplier: Optional scalar multiplying every table gradient.
+          check_numerics: Raise InvalidArgumentError naming the table on NaN/Inf gradients, before any update.
+
+        Returns:
+          The update op in graph mode; None eagerly (the update has run).
+
+        Raises:
+          ValueError: a table has no optimizer (naming it), or gradient structure/shape mismatch.
+        """
+        self._require_optimizers()
+        with tf.name_scope("embedding_apply_gradients"), graph_constants.sharing():
+            multiplier = None if gradient_multiplier is None else tf.cast(gradient_multiplier, tf.float32)
+            checks: List[tf.Tensor] = []
+            per_table: Dict[str, List[Tuple[tf.Tensor, tf.Tensor, Any]]] = {name: [] for name in self._tables}
+            for batches, activation_grads, device in parts:
+                with graph_constants.placed(device):
+                    if check_numerics:
+                        checks += self._check_activation_gradients(batches, activation_grads, multiplier)
+                    grads = self.table_gradients(batches, activation_grads)
+                    for name, grad in grads.items():
+                        grad = grad if multiplier is None else grad * multiplier
+                        per_table[name].append((self._batch(batches, name).unique_ids, grad, device))
+            return self._apply_parts(per_table, learning_rate_override, checks, sorted_ids=True)
+
     def _check_activation_gradients(
         self, batches: Mapping[str, Any], activation_grads: Any, multiplier: Optional[tf.Tensor]
     ) -> List[tf.Tensor]:
@@ -368,6 +410,58 @@ class EmbeddingEngine(tf.Module):
                 checks = [check_all_finite(groups)]
             return self._apply(unique_ids, grads, learning_rate_override, checks, sorted_ids=sorted_ids)
 
+    def apply_table_gradients_of_parts(
+        self,
+        parts: Sequence[Tuple[Mapping[str, Any], Mapping[str, Any], Any]],
+        learning_rate_override: Any = None,
+        check_numerics: bool = True,
+        sorted_ids: bool = True,
+    ) -> Optional[tf.Operation]:
+        """`apply_table_gradients` of several parts of a batch, each deduplicated on its own device.
+
+        Args:
+          parts: per part, `(unique_ids, grads, device)` as `apply_table_gradients` takes them, and where the
+            part's checks and shard split run. The parts' gradients are summed per id on each table shard, which
+            applies its optimizer once per unique id (see `apply_gradients_of_parts`).
+          learning_rate_override: Scalar used for every table instead of the optimizers' learning rates.
+          check_numerics: Raise InvalidArgumentError naming the table on NaN/Inf gradients, before any update.
+          sorted_ids: Whether each part's ids are ascending.
+
+        Returns:
+          The update op in graph mode; None eagerly (the update has run).
+
+        Raises:
+          ValueError: a table has no optimizer (naming it).
+        """
+        self._require_optimizers()
+        with graph_constants.sharing():
+            checks = []
+            per_table: Dict[str, List[Tuple[Any, Any, Any]]] = {name: [] for name in self._tables}
+            for unique_ids, grads, device in parts:
+                with graph_constants.placed(device):
+                    if check_numerics:
+                        groups = [(grads[name], self._non_finite_message(name)) for name in self._tables]
+                        checks.append(check_all_finite(groups))
+                for name in self._tables:
+                    per_table[name].append((unique_ids[name], grads[name], device))
+            return self._apply_parts(per_table, learning_rate_override, checks, sorted_ids=sorted_ids)
+
+    def _apply_parts(
+        self,
+        per_table: Mapping[str, Sequence[Tuple[Any, Any, Any]]],
+        learning_rate_override: Any,
+        checks: Sequence[tf.Tensor],
+        sorted_ids: bool,
+    ) -> Optional[tf.Operation]:
+        """`_apply` of several parts per table: `(ids, grads, device)` each, summed per id on the shards."""
+        inputs = [ids for n in self._tables for ids, _, _ in per_table[n]]
+        inputs += list(checks) + [grads for n in self._tables for _, grads, _ in per_table[n]]
+        return self._gated_updates(
+            inputs,
+            learning_rate_override,
+            lambda table, name, lr: table.apply_summed_gradient_ops(per_table[name], lr, sorted_ids=sorted_ids),
+        )
+
     def _apply(
         self,
         unique_ids: Mapping[str, Any],
@@ -381,9 +475,17 @@ class EmbeddingEngine(tf.Module):
         # one table leaves all tables unchanged. The waits meet in ONE gate op: each op of the updates then has
         # a single control input, so the graph grows linearly with the number of tables (a control dependency
         # on the checks themselves would give every op one input per table).
+        inputs = [unique_ids[n] for n in self._tables] + list(checks) + [grads[n] for n in self._tables]
+        return self._gated_updates(
+            inputs,
+            learning_rate_override,
+            lambda table, name, lr: table.apply_gradient_ops(unique_ids[name], grads[name], lr, sorted_ids=sorted_ids),
+        )
+
+    def _gated_updates(self, inputs: List[Any], learning_rate_override: Any, update: Any) -> Optional[tf.Operation]:
+        """`update(table, name, learning_rate)` of every table, each after ALL `inputs` (checks included)."""
         gate = None
         if not tf.executing_eagerly():
-            inputs = [unique_ids[n] for n in self._tables] + list(checks) + [grads[n] for n in self._tables]
             gate = tf.group(*inputs, name="all_tables_checked")
         ops = []
         learning_rates: Dict[int, Any] = {}  # A callable learning rate is evaluated once per optimizer.
@@ -395,7 +497,7 @@ class EmbeddingEngine(tf.Module):
                     if id(opt) not in learning_rates:
                         learning_rates[id(opt)] = _learning_rate(opt)
                     lr = learning_rates[id(opt)]
-                ops.extend(table.apply_gradient_ops(unique_ids[name], grads[name], lr, sorted_ids=sorted_ids))
+                ops.extend(update(table, name, lr))
         if tf.executing_eagerly():
             return None
         return tf.group(*ops)

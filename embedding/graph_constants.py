@@ -7,7 +7,9 @@ same few constants. Inside `sharing()` (entered by the engine around preprocessi
 `constant(value, dtype)` returns ONE op per value, dtype, graph and control-flow context.
 
 Only for ops on the device the enclosing call runs on (the host): a shared constant keeps the device of its
-first use, so the per-shard ops under their own device scope make their own constants.
+first use, so the per-shard ops under their own device scope make their own constants. A call that builds host
+work on several hosts puts each host's ops under `placed(device)`, which keeps one set of shared constants per
+host (a constant of one host read on another would cross the network every step).
 """
 
 import contextlib
@@ -33,6 +35,18 @@ def sharing() -> Iterator[None]:
         _state.cache = None
 
 
+@contextlib.contextmanager
+def placed(device: str) -> Iterator[None]:
+    """Ops built within go to `device`, and `constant()` shares constants only among ops built for `device`."""
+    previous = getattr(_state, "device", None)
+    _state.device = device
+    try:
+        with tf.device(device):
+            yield
+    finally:
+        _state.device = previous
+
+
 def constant(value: Any, dtype: tf.DType) -> tf.Tensor:
     """`tf.constant(value, dtype)`; in `sharing()`, one op per value, dtype, graph and control-flow context.
 
@@ -49,7 +63,7 @@ def constant(value: Any, dtype: tf.DType) -> tf.Tensor:
     graph = tf.compat.v1.get_default_graph()
     context = graph._get_control_flow_context()  # The while loop or cond branch being built, or None.
     array = np.asarray(value, dtype=dtype.as_numpy_dtype)
-    key = (graph, context, dtype, array.shape, array.tobytes())
+    key = (graph, context, getattr(_state, "device", None), dtype, array.shape, array.tobytes())
     if key not in cache:
         # Without the control dependencies in force: a constant shared by ops under different control dependencies
         # must not carry the first one's. `control_dependencies(None)` also leaves the control-flow context; back

@@ -75,10 +75,24 @@ class ShardLayout:
 
 
 class _SplitMemo(object):
-    """The last shard split of sorted ids a table built in a graph (a plain holder: tf.Module tracks no tensors)."""
+    """The last shard splits of sorted ids a table built in a graph (a plain holder: tf.Module tracks no tensors).
+
+    One per ids tensor looked up: a step whose ids were deduplicated on several hosts looks up one tensor per host.
+    """
+
+    _SIZE = 16
 
     def __init__(self):
-        self.entry = None
+        self.entries = []
+
+    def get(self, unique_ids, graph, context):
+        for entry in self.entries:
+            if entry[0] is unique_ids and entry[1] is graph and entry[2] is context:
+                return entry
+        return None
+
+    def put(self, entry) -> None:
+        self.entries = [entry] + self.entries[: self._SIZE - 1]
 
 
 def _partition_ids(unique_ids: tf.Tensor, layout: ShardLayout):
@@ -393,8 +407,8 @@ class ShardedTable(tf.Module):
         if not tf.executing_eagerly():
             graph = tf.compat.v1.get_default_graph()
             context = graph._get_control_flow_context()  # The split's ops must be usable where we are.
-            memo = self._split_memo.entry
-            if memo is not None and memo[0] is unique_ids and memo[1] is graph and memo[2] is context:
+            memo = self._split_memo.get(unique_ids, graph, context)
+            if memo is not None:
                 return memo[3], memo[4]
         n = self._layout.num_shards
         # Shard k holds ids [offsets[k], offsets[k] + sizes[k]): its run in the sorted ids starts at the first
@@ -413,7 +427,7 @@ class ShardedTable(tf.Module):
         offsets = self._layout.offsets
         local_ids = [p - constant(offsets[k], p.dtype) if offsets[k] else p for k, p in enumerate(pieces)]
         if graph is not None:
-            self._split_memo.entry = (unique_ids, graph, context, sizes, local_ids)
+            self._split_memo.put((unique_ids, graph, context, sizes, local_ids))
         return sizes, local_ids
 
     def lookup(self, unique_ids, sorted_ids: bool = False) -> tf.Tensor:
@@ -481,11 +495,7 @@ class ShardedTable(tf.Module):
         Raises:
           ValueError: if the table has no optimizer.
         """
-        if self._optimizer is None:
-            raise ValueError(
-                f"Table '{self._table_name}' has no optimizer: pass an optimizer to the table config "
-                f"or a global one to train it."
-            )
+        self._require_optimizer()
         opt = self._optimizer
         ids = tf.cast(tf.convert_to_tensor(unique_ids), tf.int64)
         grads = tf.convert_to_tensor(grads, dtype=tf.float32)
@@ -494,14 +504,68 @@ class ShardedTable(tf.Module):
             lr = tf.cast(tf.convert_to_tensor(lr), tf.float32)
             parts, _ = self._split_by_shard(ids, grads, sorted_ids=sorted_ids)
             ops = []
-            lazy = bool(getattr(opt, "lazy", True))
             for k, (local, g) in enumerate(parts):
                 with tf.device(self._devices[k]):
-                    if lazy:
-                        ops.extend(self._apply_rows(k, local, g, lr))
-                    else:
-                        ops.extend(self._apply_dense(k, local, g, lr))
+                    ops.extend(self._apply_shard(k, local, g, lr))
             return [op for op in ops if op is not None]
+
+    def apply_summed_gradient_ops(
+        self, parts: Sequence[Tuple[Any, Any, DeviceLike]], learning_rate=None, sorted_ids: bool = False
+    ) -> List[tf.Operation]:
+        """Applies the optimizer ONCE per unique id to the gradients of several parts of a batch, summed per id.
+
+        Each part (e.g. the replicas of one host) deduplicated its own ids, so an id may come from several parts.
+        Each part's ids and gradients are split by shard on the part's device; on each shard's device the pieces
+        of all parts are joined, deduplicated and summed per id (in part order), and the shard is updated once per
+        id: an id's gradient is the sum over all its occurrences in the batch, as with one part (up to the float
+        summation order).
+
+        Args:
+          parts: per part, `(ids [U_p], gradients [U_p, dim], device)`: ids unique within the part, gradients
+            accumulated per id, and where the part's split runs.
+          learning_rate: Scalar; default `optimizer.learning_rate_tensor()`.
+          sorted_ids: each part's ids are ascending (see `lookup`).
+
+        Returns:
+          The update ops in graph mode (eagerly they have run).
+
+        Raises:
+          ValueError: if the table has no optimizer.
+        """
+        self._require_optimizer()
+        with tf.name_scope(f"{self._scope}_apply"):
+            lr = self._optimizer.learning_rate_tensor() if learning_rate is None else learning_rate
+            lr = tf.cast(tf.convert_to_tensor(lr), tf.float32)
+            split = []
+            for ids, grads, device in parts:
+                ids = tf.cast(tf.convert_to_tensor(ids), tf.int64)
+                grads = tf.convert_to_tensor(grads, dtype=tf.float32)
+                with graph_constants.placed(device):
+                    split.append(self._split_by_shard(ids, grads, sorted_ids=sorted_ids)[0])
+            ops = []
+            for k in range(self._layout.num_shards):
+                with tf.device(self._devices[k]):
+                    # Constants of their own (not graph_constants'): per shard, on its device.
+                    axis = tf.constant(0, tf.int32)
+                    local = tf.concat([pieces[k][0] for pieces in split], axis=axis)
+                    grads = tf.concat([pieces[k][1] for pieces in split], axis=axis)
+                    local, index = tf.unique(local, out_idx=tf.int32)
+                    grads = tf.math.unsorted_segment_sum(grads, index, tf.size(local, out_type=tf.int32))
+                    ops.extend(self._apply_shard(k, local, grads, lr))
+            return [op for op in ops if op is not None]
+
+    def _require_optimizer(self) -> None:
+        if self._optimizer is None:
+            raise ValueError(
+                f"Table '{self._table_name}' has no optimizer: pass an optimizer to the table config "
+                f"or a global one to train it."
+            )
+
+    def _apply_shard(self, k: int, local: tf.Tensor, g: tf.Tensor, lr: tf.Tensor) -> list:
+        """The update of shard k (on its device) from unique local rows and their gradients."""
+        if bool(getattr(self._optimizer, "lazy", True)):
+            return self._apply_rows(k, local, g, lr)
+        return self._apply_dense(k, local, g, lr)
 
     def _slot_vars(self, k: int) -> Dict[str, tf.Variable]:
         return {s: self._slot_shards[s][k] for s in self._slot_names}

@@ -7,6 +7,10 @@ gradient tap (upstream's "dummy table variable" trick): the model's own optimize
 loss with respect to a dummy variable per table, and the tap records the activation gradient of every replica.
 After the replicas are built, those gradients are joined and the engine applies the embedding optimizer once per
 unique id. The model's optimizer never touches the tables.
+
+On a cluster of several hosts, each host does the host stage for its own replicas on its CPU: its ids are
+deduplicated before they cross the network, its unique ids' rows come back to it from the table shards and it
+combines them; each shard sums the hosts' gradients per unique id before its one update.
 """
 
 import collections
@@ -75,6 +79,8 @@ class EmbeddingBridge(object):
       host_device: where ids are joined and deduplicated, activations split and updates computed.
       python_ops: whether the host stage may call this process's Python (`tf.numpy_function`); False when
         `host_device` is another process's (a cluster's host).
+      host_devices: on a cluster, the CPU of every host (host 0's is `host_device`); replicas are host-major.
+        Each host then does the host stage of its own replicas. None: one host.
 
     Raises:
       ValueError: invalid spec contents.
@@ -89,9 +95,14 @@ class EmbeddingBridge(object):
         replica_batch_size: int,
         host_device: str,
         python_ops: bool = True,
+        host_devices: Optional[List[str]] = None,
     ):
         self._spec = spec
         self._host_device = host_device
+        host_devices = list(host_devices) if host_devices else [host_device]
+        per_host = num_replicas // len(host_devices)
+        # (CPU, replicas) of every host.
+        self._hosts = [(d, list(range(h * per_host, (h + 1) * per_host))) for h, d in enumerate(host_devices)]
         self._python_ops = python_ops
         self._replica_batch_size = replica_batch_size
         self._resolved = resolve_embedding_config(spec)
@@ -136,6 +147,11 @@ class EmbeddingBridge(object):
     @property
     def features(self):
         return self._resolved.features
+
+    @property
+    def multi_host(self) -> bool:
+        """Whether each host does the host stage of its own replicas (a cluster of several hosts)."""
+        return len(self._hosts) > 1
 
     @property
     def pipelined(self) -> bool:
@@ -190,18 +206,33 @@ class EmbeddingBridge(object):
     def preprocess(self, per_replica: List[Tuple[Any, Any]]):
         """Host stage (no table access): pops the embedding inputs, joins the replicas, deduplicates per table.
 
-        The raw inputs of all replicas are joined first (cheap for dense ids) and turned into ids once.
+        The raw inputs of all replicas (of each host, on a cluster) are joined first (cheap for dense ids) and turned
+        into ids once.
 
         Returns:
           `(per_replica, batches)`: each replica's `(features, labels)` without the embedding inputs (plus the
-          sequence lengths of sequence features), and the engine batches of the global step.
+          sequence lengths of sequence features), and the engine batches of the global step (on several hosts: a
+          list of each host's batches, built on its CPU).
         """
         for features, _ in per_replica:
             self._check_inputs(features)
+        if not self.multi_host:
+            return self._preprocess_host(per_replica, self._host_device)
+        outputs, batches = [], []
+        for device, replicas in self._hosts:
+            with graph_constants.placed(device):
+                host_outputs, host_batches = self._preprocess_host([per_replica[r] for r in replicas], device)
+            outputs += host_outputs
+            batches.append(host_batches)
+        return outputs, batches
+
+    def _preprocess_host(self, per_replica: List[Tuple[Any, Any]], host_device: str):
+        """`preprocess` of the replicas of one host, on its CPU."""
+        num_replicas = len(per_replica)
         raw_keys = [k for k in self._resolved.raw_keys if k in per_replica[0][0]]
         global_ids, global_weights = collections.OrderedDict(), collections.OrderedDict()
         outputs = []
-        with tf.device(self._host_device), tf.name_scope("tpu_embedding_inputs"), graph_constants.sharing():
+        with tf.device(host_device), tf.name_scope("tpu_embedding_inputs"), graph_constants.sharing():
             raw = {key: _join_replicas([features[key] for features, _ in per_replica]) for key in raw_keys}
             ids, weights = self._ids_and_weights(raw)
             lengths = {}
@@ -212,14 +243,12 @@ class EmbeddingBridge(object):
                     _as_engine_input(weights[feature.key], sequence) if weights[feature.key] is not None else None
                 )
                 if sequence:
-                    global_batch = self._replica_batch_size * self._num_replicas
+                    global_batch = self._replica_batch_size * num_replicas
                     all_lengths = _sequence_lengths(global_ids[feature.key], feature.max_sequence_length, global_batch)
                     all_lengths.set_shape([global_batch])
-                    lengths[feature.key] = (
-                        tf.split(all_lengths, self._num_replicas) if self._num_replicas > 1 else [all_lengths]
-                    )
+                    lengths[feature.key] = tf.split(all_lengths, num_replicas) if num_replicas > 1 else [all_lengths]
         # The engine's own scope ("embedding_preprocess") beside ours, not in it: shorter names of many ops.
-        with tf.device(self._host_device):
+        with tf.device(host_device):
             batches = self.engine.preprocess(global_ids, global_weights, python_ops=self._python_ops)
         for replica, (features, labels) in enumerate(per_replica):
             features = {k: v for k, v in features.items() if k not in self._resolved.raw_keys}
@@ -229,15 +258,27 @@ class EmbeddingBridge(object):
         return outputs, batches
 
     def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches):
-        """Table stage: one lookup per table for the step; each replica gets its rows under the feature keys."""
-        with tf.device(self._host_device), tf.name_scope("tpu_embedding_lookup"), graph_constants.sharing():
+        """Table stage: one lookup per table for the step (per host, of its unique ids, on a cluster: rows gathered
+        where the shards live, combined on the host); each replica gets its rows under the feature keys."""
+        if not self.multi_host:
+            return self._attach_host(per_replica, batches, self._host_device)
+        outputs = []
+        for (device, replicas), host_batches in zip(self._hosts, batches):
+            with graph_constants.placed(device):
+                outputs += self._attach_host([per_replica[r] for r in replicas], host_batches, device)
+        return outputs
+
+    def _attach_host(self, per_replica: List[Tuple[Any, Any]], batches, host_device: str):
+        """`attach_activations` of the replicas of one host."""
+        num_replicas = len(per_replica)
+        with tf.device(host_device), tf.name_scope("tpu_embedding_lookup"), graph_constants.sharing():
             activations = self.engine.activations(batches)
             splits = {}
             axis = graph_constants.constant(0, tf.int32)
             for key, act in activations.items():
                 # The global batch is static even when sparse inputs left it unknown to the engine.
-                act.set_shape([self._replica_batch_size * self._num_replicas] + act.shape.as_list()[1:])
-                splits[key] = tf.split(act, self._num_replicas, axis=axis) if self._num_replicas > 1 else [act]
+                act.set_shape([self._replica_batch_size * num_replicas] + act.shape.as_list()[1:])
+                splits[key] = tf.split(act, num_replicas, axis=axis) if num_replicas > 1 else [act]
         outputs = []
         for replica, (features, labels) in enumerate(per_replica):
             features = dict(features)
@@ -280,12 +321,19 @@ class EmbeddingBridge(object):
 
     # ---- after the replicas: gradients -> engine update ------------------------------------------------------
 
-    def _activation_gradients(self) -> Dict[str, Optional[tf.Tensor]]:
-        """The tapped activation gradients of this step, joined over replicas (None: feature unused)."""
+    def _activation_gradients(
+        self, replicas: Optional[List[int]] = None, warn: bool = True
+    ) -> Dict[str, Optional[tf.Tensor]]:
+        """The tapped activation gradients of this step, joined over `replicas` (default: all; None: feature
+        unused)."""
+        replicas = range(self._num_replicas) if replicas is None else replicas
         grads = collections.OrderedDict()
         for feature in self._resolved.features:
-            pieces = [self._gradients.get((r, feature.key)) for r in range(self._num_replicas)]
+            pieces = [self._gradients.get((r, feature.key)) for r in replicas]
             if all(p is None for p in pieces):
+                if not warn:
+                    grads[feature.key] = None
+                    continue
                 tf.compat.v1.logging.warning(
                     "Embedding feature %s has no gradient: the model does not use its activation (or the optimizer "
                     "did not differentiate through it). Zero gradients are applied.",
@@ -295,8 +343,16 @@ class EmbeddingBridge(object):
                 continue
             template = next(p for p in pieces if p is not None)
             grads[feature.key] = _join_replicas([p if p is not None else tf.zeros_like(template) for p in pieces])
-        self._gradients.clear()
         return grads
+
+    def _activation_gradients_per_host(self) -> List[Tuple[Dict[str, Optional[tf.Tensor]], str]]:
+        """Per host, `(the tapped gradients of its replicas joined on its CPU, its CPU)`; clears the taps."""
+        out = []
+        for h, (device, replicas) in enumerate(self._hosts):
+            with graph_constants.placed(device), tf.name_scope("tpu_embedding_gradients"):
+                out.append((self._activation_gradients(replicas, warn=h == 0), device))
+        self._gradients.clear()
+        return out
 
     def _gradient_multiplier(self) -> Optional[tf.Tensor]:
         if self._spec.experimental_gradient_multiplier_fn is None:
@@ -305,16 +361,34 @@ class EmbeddingBridge(object):
 
     def apply_gradients(self, batches) -> tf.Operation:
         """The engine update of this step from the tapped activation gradients of every replica."""
+        if self.multi_host:
+            with graph_constants.sharing():
+                per_host = self._activation_gradients_per_host()
+                with tf.device(self._host_device):
+                    with tf.name_scope("tpu_embedding_gradients"):
+                        multiplier = self._gradient_multiplier()
+                    parts = [(b, grads, device) for b, (grads, device) in zip(batches, per_host)]
+                    return self.engine.apply_gradients_of_parts(parts, gradient_multiplier=multiplier)
         with tf.device(self._host_device), graph_constants.sharing():
             with tf.name_scope("tpu_embedding_gradients"):
                 grads, multiplier = self._activation_gradients(), self._gradient_multiplier()
+                self._gradients.clear()
             # The engine's own scope ("embedding_apply_gradients") beside ours, not in it: shorter names.
             return self.engine.apply_gradients(batches, grads, gradient_multiplier=multiplier)
 
     # ---- pipelined updates (pipeline_execution_with_tensor_core) ----------------------------------------------
 
     def empty_pending(self) -> List[tf.Tensor]:
-        """Loop state of a pipelined update: per table, no ids and no gradients yet."""
+        """Loop state of a pipelined update: per table (per host, on several), no ids and no gradients yet."""
+        if self.multi_host:
+            state = []
+            for device, _ in self._hosts:
+                with tf.device(device):
+                    state += self._empty_pending()
+            return state
+        return self._empty_pending()
+
+    def _empty_pending(self) -> List[tf.Tensor]:
         state = []
         for table in self.engine.tables.values():
             state += [tf.zeros([0], tf.int64), tf.zeros([0, table.dim], tf.float32)]
@@ -324,23 +398,66 @@ class EmbeddingBridge(object):
         shapes = []
         for table in self.engine.tables.values():
             shapes += [tf.TensorShape([None]), tf.TensorShape([None, table.dim])]
-        return shapes
+        return shapes * len(self._hosts)
 
     def step_pending(self, batches) -> List[tf.Tensor]:
-        """This step's update, held back: per table its unique ids and accumulated gradients."""
-        with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
-            grads = self.engine.table_gradients(batches, self._activation_gradients())
-            multiplier = self._gradient_multiplier()
+        """This step's update, held back: per table its unique ids and accumulated gradients (per host, on its
+        CPU, on several hosts)."""
+        if self.multi_host:
+            per_host = self._activation_gradients_per_host()
+            with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
+                multiplier = self._gradient_multiplier()
             state = []
-            for name in self.engine.tables:
-                state += [batches[name].unique_ids, grads[name] if multiplier is None else grads[name] * multiplier]
+            for host_batches, (grads, device) in zip(batches, per_host):
+                with graph_constants.placed(device), tf.name_scope("tpu_embedding_gradients"):
+                    state += self._pending_state(host_batches, grads, lambda: multiplier)
+            return state
+        with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
+            activation_grads = self._activation_gradients()
+            self._gradients.clear()
+            return self._pending_state(batches, activation_grads, self._gradient_multiplier)
+
+    def _pending_state(self, batches, activation_grads, multiplier_fn) -> List[tf.Tensor]:
+        grads = self.engine.table_gradients(batches, activation_grads)
+        multiplier = multiplier_fn()
+        state = []
+        for name in self.engine.tables:
+            state += [batches[name].unique_ids, grads[name] if multiplier is None else grads[name] * multiplier]
         return state
 
     def apply_pending(self, pending: List[tf.Tensor]) -> tf.Operation:
         """Applies a held-back update (checked, one optimizer application per table)."""
         names = list(self.engine.tables)
         with tf.device(self._host_device), tf.name_scope("tpu_embedding_pipelined_update"):
+            if self.multi_host:
+                size = 2 * len(names)
+                parts = []
+                for h, (device, _) in enumerate(self._hosts):
+                    state = pending[h * size : (h + 1) * size]
+                    parts.append((dict(zip(names, state[0::2])), dict(zip(names, state[1::2])), device))
+                return self.engine.apply_table_gradients_of_parts(parts)
             return self.engine.apply_table_gradients(dict(zip(names, pending[0::2])), dict(zip(names, pending[1::2])))
+
+    # ---- the step's structure per host (queues of the embedding infeed) -----------------------------------------
+
+    def host_parts(self, per_replica: List[Tuple[Any, Any]], batches) -> List[Tuple[str, Any]]:
+        """`preprocess`'s output per host: `[(its CPU, (its replicas' inputs, its batches))]`."""
+        if not self.multi_host:
+            return [(self._host_device, (per_replica, batches))]
+        return [
+            (device, ([per_replica[r] for r in replicas], host_batches))
+            for (device, replicas), host_batches in zip(self._hosts, batches)
+        ]
+
+    def join_host_parts(self, parts: List[Any]):
+        """The inverse of `host_parts` (without the devices): `(per_replica, batches)`."""
+        if not self.multi_host:
+            return parts[0]
+        per_replica, batches = [], []
+        for host_per_replica, host_batches in parts:
+            per_replica += host_per_replica
+            batches.append(host_batches)
+        return per_replica, batches
 
     # ---- checkpoint layout -----------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 An enqueue loop (its own `Session.run`, in a `TensorInfeedHook` thread) reads the input and preprocesses the
 embedding ids of several steps (`EmbeddingBridge.preprocess`) into a host queue; each training step dequeues one
-step and looks up its activations (`EmbeddingBridge.attach_activations`).
+step and looks up its activations (`EmbeddingBridge.attach_activations`). On a cluster every host has its own
+queue on its CPU, holding its replicas' inputs and its deduplicated ids: nothing of it crosses the network.
 """
 
 from typing import Any, List, Tuple
@@ -33,8 +34,9 @@ class EmbeddingInfeed(object):
         self._pipeline = pipeline
         self._bridge = bridge
         self._host_device = host_device
-        self._queue = None
-        self._structure = None
+        self._queues = None
+        self._devices = None
+        self._structures = None
         self._tensors = None
         # Each Session.run of the infeed thread prepares several steps (a per-step run would bound small models).
         with _tf_internal.v1_control_flow():
@@ -45,32 +47,47 @@ class EmbeddingInfeed(object):
                 parallel_iterations=1,
                 name="embedding_infeed_loop",
             )
-        self.hook = TensorInfeedHook(enqueue_op.op, self._queue.close(cancel_pending_enqueues=True), sleep_secs)
+        closes = [queue.close(cancel_pending_enqueues=True) for queue in self._queues]
+        self.hook = TensorInfeedHook(enqueue_op.op, closes[0] if len(closes) == 1 else tf.group(*closes), sleep_secs)
 
     def _enqueue_step(self, index: tf.Tensor) -> tf.Tensor:
         per_replica, batches = self._bridge.preprocess(self._pipeline.next_step().per_replica)
-        structure = (per_replica, batches)
+        parts = self._bridge.host_parts(per_replica, batches)
         # Absent parts (labels=None of a features-only input_fn) stay in the structure, not in the queue.
-        tensors = [t for t in tf.nest.flatten(structure, expand_composites=True) if t is not None]
-        if self._queue is None:
-            with _tf_internal.outside_control_flow(), tf.device(self._host_device):
-                self._queue = tf.queue.FIFOQueue(
-                    capacity=_DEPTH, dtypes=[t.dtype for t in tensors], name="embedding_infeed"
-                )
-            self._structure, self._tensors = structure, tensors
-        with tf.device(self._host_device), tf.control_dependencies([self._queue.enqueue(tensors)]):
+        tensors = [
+            [t for t in tf.nest.flatten(structure, expand_composites=True) if t is not None] for _, structure in parts
+        ]
+        if self._queues is None:
+            self._queues = []
+            for (device, _), host_tensors in zip(parts, tensors):
+                with _tf_internal.outside_control_flow(), tf.device(device):
+                    self._queues.append(
+                        tf.queue.FIFOQueue(
+                            capacity=_DEPTH, dtypes=[t.dtype for t in host_tensors], name="embedding_infeed"
+                        )
+                    )
+            self._devices = [device for device, _ in parts]
+            self._structures, self._tensors = [structure for _, structure in parts], tensors
+        enqueues = []
+        for queue, device, host_tensors in zip(self._queues, self._devices, tensors):
+            with tf.device(device):
+                enqueues.append(queue.enqueue(host_tensors))
+        with tf.device(self._host_device), tf.control_dependencies(enqueues):
             return index + 1
 
     def dequeue(self) -> Tuple[List[Tuple[Any, Any]], Any]:
         """In the training loop: one step's per-replica inputs with their activations, and the engine batches."""
-        with tf.device(self._host_device):
-            values = self._queue.dequeue()
-            values = list(values) if isinstance(values, (list, tuple)) else [values]
-            for value, original in zip(values, self._tensors):
-                value.set_shape(original.shape)
-            values = iter(values)
-            leaves = [
-                None if t is None else next(values) for t in tf.nest.flatten(self._structure, expand_composites=True)
-            ]
-            per_replica, batches = tf.nest.pack_sequence_as(self._structure, leaves, expand_composites=True)
+        parts = []
+        for queue, device, structure, tensors in zip(self._queues, self._devices, self._structures, self._tensors):
+            with tf.device(device):
+                values = queue.dequeue()
+                values = list(values) if isinstance(values, (list, tuple)) else [values]
+                for value, original in zip(values, tensors):
+                    value.set_shape(original.shape)
+                values = iter(values)
+                leaves = [
+                    None if t is None else next(values) for t in tf.nest.flatten(structure, expand_composites=True)
+                ]
+                parts.append(tf.nest.pack_sequence_as(structure, leaves, expand_composites=True))
+        per_replica, batches = self._bridge.join_host_parts(parts)
         return self._bridge.attach_activations(per_replica, batches), batches

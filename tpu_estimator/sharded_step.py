@@ -66,6 +66,7 @@ def embedding_bridge(settings: ShardedSettings, ctx: ShardingContext) -> Optiona
         ctx.batch_size_for_model_fn,
         ctx.host_device,
         python_ops=not ctx.on_cluster,
+        host_devices=ctx.host_devices if ctx.on_cluster else None,
     )
 
 

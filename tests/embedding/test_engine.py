@@ -46,14 +46,16 @@ def _samples(batch, feature):
     return [([i], [1.0]) for i in batch["cat"]]
 
 
-def _tf_inputs(batch):
+def _tf_inputs(batch, batch_size=BATCH_SIZE):
     ids, weights = batch["user"]
     user = tf.ragged.constant(ids, dtype=tf.int64, ragged_rank=1)
     user_w = tf.ragged.constant(weights, dtype=tf.float32, ragged_rank=1)
     indices = [[b, j] for b, row in enumerate(batch["item"]) for j in range(len(row))]
     values = [i for row in batch["item"] for i in row]
     item = tf.SparseTensor(
-        tf.constant(indices, tf.int64), tf.constant(values, tf.int32), [BATCH_SIZE, max(len(r) for r in batch["item"])]
+        tf.constant(indices, tf.int64, shape=[len(indices), 2]),
+        tf.constant(values, tf.int32, shape=[len(values)]),
+        [batch_size, max(1, max(len(r) for r in batch["item"]))],
     )
     cat = tf.constant(np.array(batch["cat"], np.int64)[:, None])
     return {"user": user, "item": item, "cat": cat}, {"user": user_w, "item": None, "cat": None}
@@ -137,6 +139,56 @@ def test_shard_and_partition_invariance(case, num_shards, strategy):
     assert_state_close(got, engine_state(baseline), tol=1e-6)
 
 
+def _rows(batch, rows):
+    ids, weights = batch["user"]
+    return dict(user=(ids[rows], weights[rows]), item=batch["item"][rows], cat=batch["cat"][rows])
+
+
+def train_eager_in_parts(engine, part_rows, pending=False):
+    """Each step's rows preprocessed and looked up in parts (as hosts do), the update applied for all parts."""
+    for batch in BATCHES:
+        parts = []
+        for index, rows in enumerate(part_rows):
+            features, weights = _tf_inputs(_rows(batch, rows), batch_size=len(range(BATCH_SIZE)[rows]))
+            batches = engine.preprocess(features, weights)
+            with tf.GradientTape() as tape:
+                acts = engine.activations(batches)
+                tape.watch(acts)
+                loss = tf.add_n(
+                    [tf.reduce_sum(_target(f)[rows] * acts[f]) + 0.5 * tf.reduce_sum(acts[f] ** 2) for f in acts]
+                )
+            grads = tape.gradient(loss, acts)
+            device = CPUS[index % len(CPUS)]
+            if pending:
+                unique_ids = {name: b.unique_ids for name, b in batches.items()}
+                parts.append((unique_ids, engine.table_gradients(batches, grads), device))
+            else:
+                parts.append((batches, grads, device))
+        if pending:
+            engine.apply_table_gradients_of_parts(parts)
+        else:
+            engine.apply_gradients_of_parts(parts)
+
+
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("num_shards,strategy", [(1, "div"), (3, "div"), (4, "mod")])
+@pytest.mark.parametrize("case", ["adagrad", "adam_dense", "ftrl"])
+def test_batch_in_parts_updates_once_per_unique_id(case, num_shards, strategy, pending):
+    # Ids repeat across the parts (e.g. user 3 in rows 0 and 2): each shard sums the parts' gradients per id and
+    # applies its optimizer once, as for the whole batch.
+    make_opt, kind, kwargs, lr, lazy = CASES[case]
+    engine = EmbeddingEngine(
+        feature_config(combiner_a="sqrtn"), make_opt(), num_shards=num_shards, devices=CPUS, partition_strategy=strategy
+    )
+    train_eager_in_parts(engine, [slice(0, 2), slice(2, 3)], pending=pending)
+    got = engine_state(engine)
+    assert_state_close(got, reference_training(kind, kwargs, lr, "sqrtn", lazy))
+    whole = EmbeddingEngine(feature_config(combiner_a="sqrtn"), make_opt(), num_shards=num_shards, devices=CPUS)
+    train_eager(whole)
+    # Only the float summation order differs (per part, then the parts' sums).
+    assert_state_close(got, engine_state(whole), tol=1e-6)
+
+
 def test_activations_structure_and_values():
     engine = EmbeddingEngine(feature_config(combiner_a="mean"), optimizers.SGD(0.1), num_shards=4, devices=CPUS)
     features, weights = _tf_inputs(BATCHES[0])
@@ -215,6 +267,30 @@ def test_non_finite_gradient_is_an_error_before_any_update():
     grads["cat"] = grads["cat"] * np.inf
     with pytest.raises(tf.errors.InvalidArgumentError, match="table 'B'"):
         engine.apply_gradients(batches, grads)
+    assert_state_close(engine_state(engine), before, tol=0)
+
+
+@pytest.mark.parametrize("pending", [False, True])
+def test_non_finite_gradient_of_one_part_is_an_error_before_any_update(pending):
+    engine = EmbeddingEngine(feature_config(), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
+    before = engine_state(engine)
+    parts = []
+    for index, rows in enumerate([slice(0, 2), slice(2, 3)]):
+        features, weights = _tf_inputs(_rows(BATCHES[0], rows), batch_size=len(range(BATCH_SIZE)[rows]))
+        batches = engine.preprocess(features, weights)
+        grads = {f: tf.ones_like(a) for f, a in engine.activations(batches).items()}
+        if index == 1:
+            grads["cat"] = grads["cat"] * np.inf
+        if pending:
+            unique_ids = {name: b.unique_ids for name, b in batches.items()}
+            parts.append((unique_ids, engine.table_gradients(batches, grads), CPUS[index]))
+        else:
+            parts.append((batches, grads, CPUS[index]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="table 'B'"):
+        if pending:
+            engine.apply_table_gradients_of_parts(parts)
+        else:
+            engine.apply_gradients_of_parts(parts)
     assert_state_close(engine_state(engine), before, tol=0)
 
 
