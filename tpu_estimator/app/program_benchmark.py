@@ -564,13 +564,13 @@ def markdown(result: Dict[str, Any]) -> str:
         ("`train()` to first step, first call (s)", lambda r: r["first_train"]["seconds_to_first_step"], "{:.2f}"),
         ("second `train()` (s)", lambda r: r["second_train"]["seconds"], "{:.1f}"),
         ("loop, second `train()` (examples/s)", lambda r: r["loop_examples_per_sec"], "{:,.0f}"),
+        ("cores busy in that loop", lambda r: r["second_train"].get("loop_cores_busy"), "{:.2f}"),
         ("`evaluate(steps=eval_steps)`, whole call (s)", lambda r: r.get("evaluate", {}).get("seconds"), "{:.1f}"),
         (
             "`predict()` of predict_batches batches, whole call (s)",
             lambda r: r.get("predict", {}).get("seconds"),
             "{:.1f}",
         ),
-        ("cores busy in that loop", lambda r: r["second_train"].get("loop_cores_busy"), "{:.2f}"),
     ]
     lines = [
         f"Program `{p['name']}`: {p['description']} ({len(rounds)} rounds, ours then upstream in each)",
