@@ -6,7 +6,7 @@ step and looks up its activations (`EmbeddingBridge.attach_activations`). On a c
 queue on its CPU, holding its replicas' inputs and its deduplicated ids: nothing of it crosses the network.
 """
 
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -16,8 +16,21 @@ from tpu_estimator.input_pipeline import InputPipeline, TensorInfeedHook
 
 # How many preprocessed steps the embedding infeed thread may run ahead of the training loop.
 _DEPTH = 4
-# How many steps the embedding infeed thread prepares per Session.run.
-_STEPS_PER_RUN = 8
+# How many steps the embedding infeed thread prepares per Session.run: enough steps that the run's fixed cost
+# (~0.1 ms) is amortised over about this many ids, at least _MIN_STEPS_PER_RUN and at most _MAX_STEPS_PER_RUN.
+_IDS_PER_RUN = 65536
+_MIN_STEPS_PER_RUN = 8
+_MAX_STEPS_PER_RUN = 64
+
+
+def steps_per_run(global_batch_size: Optional[int], num_features: int) -> int:
+    """Steps the infeed thread prepares per `Session.run`, from the ids a step carries (one per row and feature).
+
+    Small steps (D: batch 32, 2 features) are bound by the run's fixed cost, so they get more steps per run; large
+    ones (batch 1024, 26 features) keep the minimum, which already amortises it.
+    """
+    ids_per_step = max(1, (global_batch_size or 1) * max(1, num_features))
+    return int(min(_MAX_STEPS_PER_RUN, max(_MIN_STEPS_PER_RUN, -(-_IDS_PER_RUN // ids_per_step))))
 
 
 class EmbeddingInfeed(object):
@@ -28,9 +41,10 @@ class EmbeddingInfeed(object):
       bridge: the embedding bridge of TRAIN.
       host_device: where the queue lives.
       sleep_secs: `TPUConfig.initial_infeed_sleep_secs`.
+      steps: how many steps each `Session.run` of the thread prepares (`steps_per_run`).
     """
 
-    def __init__(self, pipeline: InputPipeline, bridge: EmbeddingBridge, host_device: str, sleep_secs):
+    def __init__(self, pipeline: InputPipeline, bridge: EmbeddingBridge, host_device: str, sleep_secs, steps: int):
         self._pipeline = pipeline
         self._bridge = bridge
         self._host_device = host_device
@@ -41,7 +55,7 @@ class EmbeddingInfeed(object):
         # Each Session.run of the infeed thread prepares several steps (a per-step run would bound small models).
         with _tf_internal.v1_control_flow():
             enqueue_op = tf.compat.v1.while_loop(
-                lambda index: index < _STEPS_PER_RUN,
+                lambda index: index < steps,
                 self._enqueue_step,
                 [tf.constant(0)],
                 parallel_iterations=1,

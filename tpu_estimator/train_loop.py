@@ -23,7 +23,7 @@ from typing import Any, List
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, sharded_step
+from tpu_estimator import _estimator_lib, _tf_internal, embedding_infeed, sharded_step
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.context import ShardingContext
@@ -75,7 +75,11 @@ class TrainLoop(object):
         self._bridge = sharded_step.embedding_bridge(self._settings, ctx)
         if self._bridge is not None:
             self._infeed = EmbeddingInfeed(
-                self._pipeline, self._bridge, ctx.host_device, ctx.config.tpu_config.initial_infeed_sleep_secs
+                self._pipeline,
+                self._bridge,
+                ctx.host_device,
+                ctx.config.tpu_config.initial_infeed_sleep_secs,
+                embedding_infeed.steps_per_run(ctx.global_batch_size, len(self._bridge.features)),
             )
             input_hooks = list(input_hooks) + [self._infeed.hook]
         loss = self._build_loop()
