@@ -16,7 +16,7 @@ Rounds run `ours` then `upstream`, each a fresh process; the parent measures eac
 second `train()` (examples/sec between its `Session.run` calls after the first).
 
 Two bounds for the loop rate, measured in their own processes: the input pipeline alone (the `input_fn`'s
-dataset drained in one `Session.run`) and the computation alone (the same program fed from a few batches cached in
+dataset read by `get_next` in a while loop, as the training loop reads it) and the computation alone (the same program fed from a few batches cached in
 memory, "the pool"). A loop that overlaps input and computation perfectly on separate cores reaches the smaller of
 the two.
 
@@ -345,21 +345,28 @@ def run_program(p: Program, implementation: str, model_dir: str, tfrecord_path: 
     return out
 
 
-def run_input_only(p: Program, tfrecord_path: Optional[str], batches: int = 200) -> Dict[str, Any]:
-    """The input pipeline alone: `batches` batches of the `input_fn`'s dataset drained in one `Session.run`."""
+def run_input_only(p: Program, tfrecord_path: Optional[str], batches: int = 300) -> Dict[str, Any]:
+    """The input pipeline alone, consumed as a training loop consumes it: one iterator, `get_next` in a while loop
+    (one `Session.run` of 30 batches to warm up, then one of `batches`)."""
     import tensorflow as tf
 
     with tf.Graph().as_default():
         dataset = _input_fn(p, tfrecord_path)({"batch_size": p.batch_size})
-        warm = dataset.take(20).reduce(np.int64(0), lambda n, _: n + 1)
-        count = dataset.take(batches).reduce(np.int64(0), lambda n, _: n + 1)
+        iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
+        count = tf.compat.v1.placeholder(tf.int32, [])
+
+        def read_one(i):
+            with tf.control_dependencies(tf.nest.flatten(iterator.get_next(), expand_composites=True)):
+                return i + 1
+
+        drained = tf.compat.v1.while_loop(lambda i: i < count, read_one, [tf.constant(0)], parallel_iterations=1)
         with tf.compat.v1.Session() as session:
-            session.run(warm)
+            session.run(drained, {count: 30})
             start, cpu = time.perf_counter(), time.process_time()
-            drained = session.run(count)
+            read = session.run(drained, {count: batches})
             seconds = time.perf_counter() - start
             cores = (time.process_time() - cpu) / seconds
-    return {"examples_per_sec": drained * p.batch_size / seconds, "batches": int(drained), "cores_busy": cores}
+    return {"examples_per_sec": read * p.batch_size / seconds, "batches": int(read), "cores_busy": cores}
 
 
 def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_path: Optional[str]) -> Dict[str, Any]:
