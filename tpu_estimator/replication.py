@@ -335,7 +335,8 @@ def _sum_over_hosts(values: List[tf.Tensor], devices: Sequence[str]) -> List[tf.
     """The sum of values that live on several hosts: each host adds its own, then the host sums are added.
 
     One tensor per host crosses the network to the first host and one copy of the total goes back to each host
-    (never one per replica); the replicas of a host share their host's copy.
+    (never one per replica); the replicas of a host share their host's copy. A copy crosses only if something
+    that runs uses it: the total of `CrossShardOptimizer`'s gradients feeds replica 0's update only, on host 0.
 
     The ops are placed by these devices only: the caller's colocation (`CrossShardOptimizer` builds the sum in
     `colocate_with(grad)` of the last replica, whose thread builds every reduction) would otherwise move every
