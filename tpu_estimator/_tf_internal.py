@@ -8,7 +8,7 @@ import threading
 from typing import Callable, Iterator, List, Optional, Sequence
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
+from tensorflow.python.ops import control_flow_util, resource_variable_ops
 from tensorflow.python.ops import variable_scope as _variable_scope
 from tensorflow.python.tpu import tpu_function
 from tensorflow.python.tpu.ops import tpu_ops
@@ -245,6 +245,35 @@ def mark_for_xla_compilation(ops) -> None:
         op._set_attr("_XlaCompile", attr_value_pb2.AttrValue(b=True))
         scope = op.device or "host"
         op._set_attr("_XlaScope", attr_value_pb2.AttrValue(s=scope.encode()))
+
+
+def variable_reading_through(variable, read: Callable[[], tf.Tensor]):
+    """A second Python object for the same resource variable whose dense reads call `read`, or None.
+
+    The view shares the variable's handle, initializer and everything else; only `value()` (which conversion to
+    a tensor, e.g. by `tf.matmul`, calls) returns `read()` instead of a new `ReadVariableOp`. Gradients with
+    respect to the view are gradients with respect to the variable (the same handle). `read_value()`,
+    `sparse_read()` and assignments are the variable's own. None for anything that is not a plain resource
+    variable (reference variables, wrappers such as mixed-precision variables).
+    """
+    if type(variable) is not resource_variable_ops.ResourceVariable:
+        return None
+    view = object.__new__(type(variable))
+    view.__dict__.update(variable.__dict__)
+    view.value = read
+    return view
+
+
+@contextlib.contextmanager
+def without_control_dependencies(graph: tf.Graph) -> Iterator[None]:
+    """Builds ops with no control dependencies, in the current control-flow context (loop or cond).
+
+    `graph.control_dependencies(None)` also leaves the control-flow context; this stays in it.
+    """
+    context = control_flow_context(graph)
+    with graph.control_dependencies(None):
+        set_control_flow_context(graph, context)
+        yield
 
 
 # ---- graph state that has no public API ----------------------------------------------------------------------------

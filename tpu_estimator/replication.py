@@ -69,6 +69,8 @@ class _Coordinator(object):
         self.variable_counters = [0] * self.num_replicas
         self.collections = [None] * self.num_replicas
         self.flow_contexts = [None] * self.num_replicas
+        # (variable index, task) -> (control-flow context, the host's copy of the variable's value).
+        self.host_reads = {}
 
     # Graph state that is not thread-local: swapped in and out when the turn changes hands.
     def _switch_in(self, replica_id: int) -> None:
@@ -170,6 +172,7 @@ class _Coordinator(object):
                     replica_id, kwargs.get("name"), shape, variable.name, variable.shape
                 )
             )
+        variable = self._host_view(replica_id, index, variable)
         # The replica's own view of the collections lists the variable as replica 0's did (optimizers read them).
         keys = list(kwargs.get("collections") or [tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
         if kwargs.get("trainable", True) and tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES not in keys:
@@ -178,6 +181,41 @@ class _Coordinator(object):
             if not any(variable is v for v in self.graph.get_collection(key)):
                 self.graph.add_to_collection(key, variable)
         return variable
+
+    def _host_view(self, replica_id: int, index: int, variable):
+        """The variable as a replica on another host than the variable's sees it: one read per host per step.
+
+        A dense read is a `ReadVariableOp` on the variable's device, and TensorFlow sends its value once per
+        device that uses it: every replica of a remote host would receive its own copy over the network. The
+        replicas of a host instead share one copy, an identity of one read on the host's first replica device
+        (the other replicas of the host copy it locally). The copy is made at the first dense read of the
+        host's replicas, without their control dependencies (another replica's side effects must not run); a
+        replica that reads in another control-flow context (a cond or loop of its own) reads the variable itself.
+        """
+        home = tf.DeviceSpec.from_string(variable.device) if variable.device else None
+        here = tf.DeviceSpec.from_string(self.devices[replica_id])
+        if home is None or home.task is None or (home.job, home.task) == (here.job, here.task):
+            return variable
+        task = (here.job, here.replica, here.task)
+        host_device = self.devices[_by_task(self.devices)[task][0]]
+        graph = self.graph
+        key = (index, task)
+
+        def read() -> tf.Tensor:
+            context = _tf_internal.control_flow_context(graph)
+            if key not in self.host_reads:
+                with (
+                    _tf_internal.without_control_dependencies(graph),
+                    graph.colocate_with(None, ignore_existing=True),
+                    graph.device(host_device),
+                ):
+                    value = tf.identity(variable.value(), name="host_read")
+                self.host_reads[key] = (context, value)
+            read_context, value = self.host_reads[key]
+            return value if read_context is context else variable.value()
+
+        view = _tf_internal.variable_reading_through(variable, read)
+        return variable if view is None else view
 
 
 def _replica_collections(base: dict, replica_id: int) -> dict:
@@ -297,23 +335,30 @@ def _sum_over_hosts(values: List[tf.Tensor], devices: Sequence[str]) -> List[tf.
     """The sum of values that live on several hosts: each host adds its own, then the host sums are added.
 
     One tensor per host crosses the network to the first host and one copy of the total goes back to each host
-    (never one per replica); the replicas of a host share their host's copy.
+    (never one per replica); the replicas of a host share their host's copy. A copy crosses only if something
+    that runs uses it: the total of `CrossShardOptimizer`'s gradients feeds replica 0's update only, on host 0.
+
+    The ops are placed by these devices only: the caller's colocation (`CrossShardOptimizer` builds the sum in
+    `colocate_with(grad)` of the last replica, whose thread builds every reduction) would otherwise move every
+    host's sum to the last replica's device, and each replica's value would cross to it.
     """
     tasks = _by_task(devices)
-    partial = []
-    for positions in tasks.values():
-        with tf.device(devices[positions[0]]):
-            members = [values[p] for p in positions]
-            partial.append(tf.math.add_n(members) if len(members) > 1 else tf.identity(members[0]))
-    first = next(iter(tasks.values()))[0]
-    with tf.device(devices[first]):
-        total = tf.math.add_n(partial)
-    outputs = [None] * len(values)
-    for positions in tasks.values():
-        with tf.device(devices[positions[0]]):
-            local = tf.identity(total)
-        for p in positions:
-            outputs[p] = local
+    graph = tf.compat.v1.get_default_graph()
+    with graph.colocate_with(None, ignore_existing=True):
+        partial = []
+        for positions in tasks.values():
+            with tf.device(devices[positions[0]]):
+                members = [values[p] for p in positions]
+                partial.append(tf.math.add_n(members) if len(members) > 1 else tf.identity(members[0]))
+        first = next(iter(tasks.values()))[0]
+        with tf.device(devices[first]):
+            total = tf.math.add_n(partial)
+        outputs = [None] * len(values)
+        for positions in tasks.values():
+            with tf.device(devices[positions[0]]):
+                local = tf.identity(total)
+            for p in positions:
+                outputs[p] = local
     return outputs
 
 

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -193,3 +194,52 @@ def test_tpu_cluster_resolver_refuses_mixed_or_malformed_addresses():
         resolver_class(tpu="grpc://127.0.0.1")
     with pytest.raises(ValueError, match="no task 2 of job 'worker' \\(2 workers\\)"):
         resolver_class(tpu=["grpc://127.0.0.1:2222", "grpc://127.0.0.1:2223"]).master(task_id=2)
+
+
+def _task_of(device):
+    return tf.DeviceSpec.from_string(device).task if device else None
+
+
+def test_dense_gradients_and_variable_reads_cross_hosts_once_per_host():
+    # 2 hosts x 2 shards through CrossShardOptimizer, as a model_fn builds them (the last replica's thread builds
+    # the sums inside colocate_with(its gradient)); variables live with replica 0 on host 0.
+    devices = ["/job:worker/task:%d/device:CPU:%d" % (h, j) for h in range(2) for j in range(2)]
+    with tf.Graph().as_default() as graph:
+
+        def replica(i):
+            w = tf.compat.v1.get_variable("w", [4, 3], initializer=tf.compat.v1.ones_initializer(), use_resource=True)
+            x = tf.constant([[1.0, 2.0, 3.0, 4.0]]) * float(i + 1)
+            loss = tf.reduce_sum(tf.matmul(x, w) ** 2)
+            opt = replication.CrossShardOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.01))
+            return opt.minimize(loss)
+
+        train_op = replication.build_replicas(replica, devices).outputs[0]
+        # The ops a step runs (what train_op needs), each on its device, or a read without one on its variable's.
+        ops, stack = set(), [train_op]
+        while stack:
+            op = stack.pop()
+            if op not in ops:
+                ops.add(op)
+                stack.extend([t.op for t in op.inputs] + list(op.control_inputs))
+        task = {op: _task_of(op.inputs[0].op.device if op.type == "ReadVariableOp" else op.device) for op in ops}
+        crossing = [(t.op, op) for op in ops for t in op.inputs if task[t.op] != task[op]]
+        # Host 0 -> host 1: one read of w, for both of host 1's replicas. The total gradient goes where w is
+        # updated (host 0) only: host 1's copy of it feeds only its replicas' updates, which do not run.
+        into_host_1 = [(src.type, dst.type, dst.device) for src, dst in crossing if task[dst] == 1]
+        assert into_host_1 == [("ReadVariableOp", "Identity", devices[2])]
+        # Host 1 -> host 0: its replicas' gradient sum only, never a replica's own gradient.
+        into_host_0 = [(src.type, dst.type, dst.device) for src, dst in crossing if task[dst] == 0]
+        assert into_host_0 == [("AddN", "AddN", devices[0])]
+        graph_def = graph.as_graph_def()
+    # The same numbers: the graph without devices, one step here.
+    for node in graph_def.node:
+        node.device = ""
+    with tf.Graph().as_default():
+        tf.compat.v1.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session() as session:
+            session.run("w/Assign")
+            session.run(train_op.name)
+            got = session.run("w/Read/ReadVariableOp:0")
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    gradient = sum(np.outer((i + 1) * x, 2 * (i + 1) * x.sum() * np.ones(3)) for i in range(4)) / 4
+    np.testing.assert_allclose(got, 1.0 - 0.01 * gradient, rtol=1e-6)
