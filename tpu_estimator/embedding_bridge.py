@@ -24,13 +24,19 @@ import embedding.serving
 from embedding import checkpointing, graph_constants
 from tpu_estimator import _estimator_lib, _tf_internal, replication
 from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
+from tpu_estimator.input_pipeline import WholeHostBatch
 
 ModeKeys = _estimator_lib.ModeKeys
 DUMMY_VARIABLES_COLLECTION = "tpu_embedding_dummy_table_variables"
 
 
 def _join_replicas(pieces: List[Any]) -> Any:
-    """Concatenates per-replica inputs (dense, sparse or ragged) on the batch axis."""
+    """Concatenates per-replica inputs (dense, sparse or ragged) on the batch axis; a host batch the input pipeline
+    handed whole to the replicas is that batch."""
+    if isinstance(pieces[0], WholeHostBatch):
+        if any(piece is not pieces[0] for piece in pieces):
+            raise ValueError("The replicas joined here read different host batches.")
+        return pieces[0].tensor
     if len(pieces) == 1:
         return pieces[0]
     if isinstance(pieces[0], tf.SparseTensor):

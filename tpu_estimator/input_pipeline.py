@@ -251,6 +251,16 @@ def _split(tensor, num: int, axis: int, name: str):
     return tf.split(tensor, num, axis=axis)
 
 
+class WholeHostBatch(NamedTuple):
+    """A feature handed unsplit to every replica of its host (PER_HOST_V1, embedding inputs only).
+
+    The embedding host stage joins the ids of a host's replicas before it deduplicates them, so it reads the host
+    batch as it came from `input_fn` instead of a split that it would concatenate again.
+    """
+
+    tensor: Any
+
+
 class StepInput(NamedTuple):
     """One step's input: `(features, labels)` per replica and, in PREDICT, each replica's real-row mask."""
 
@@ -328,12 +338,19 @@ class _HostBatchReader(object):
     gets the whole batch (in PREDICT only replica 0's rows are real)."""
 
     def __init__(
-        self, sources: List["_Source"], ctx: ShardingContext, batch_axis: Optional[Sequence[int]], broadcast: bool
+        self,
+        sources: List["_Source"],
+        ctx: ShardingContext,
+        batch_axis: Optional[Sequence[int]],
+        broadcast: bool,
+        whole_host_keys: Sequence[str] = (),
     ):
         self._sources = sources  # PER_HOST_V1: one per host, each split over its host's replicas
         self._ctx = ctx
         self._batch_axis = batch_axis
         self._broadcast = broadcast
+        # With a batch_axis per flattened tensor the features cannot be split by key: every feature is split.
+        self._whole_host_keys = frozenset(whole_host_keys) if batch_axis is None else frozenset()
 
     def read(self) -> StepInput:
         if len(self._sources) == 1:
@@ -366,6 +383,16 @@ class _HostBatchReader(object):
     def _split(self, features: Any, labels: Any, num: int, host_device: str) -> List[Tuple[Any, Any]]:
         if num == 1:
             return [(features, labels)]
+        whole = {}
+        if isinstance(features, dict) and self._whole_host_keys:
+            whole = {k: WholeHostBatch(v) for k, v in features.items() if k in self._whole_host_keys}
+            features = {k: v for k, v in features.items() if k not in whole}
+        split = self._split_all(features, labels, num, host_device)
+        if not whole:
+            return split
+        return [(dict(replica_features, **whole), replica_labels) for replica_features, replica_labels in split]
+
+    def _split_all(self, features: Any, labels: Any, num: int, host_device: str) -> List[Tuple[Any, Any]]:
         structure = (features, labels)
         flat = tf.nest.flatten(structure, expand_composites=False)
         names = ["input {}".format(i) for i in range(len(flat))]
@@ -443,6 +470,8 @@ class InputPipeline(object):
       call_input_fn: `call_input_fn(context)` calls the user's `input_fn` with `params['context']=context`.
       ctx: the `ShardingContext` of this mode.
       batch_axis: for PER_HOST_V1/SLICED: one axis per flattened `(features, labels)` tensor; None = axis 0.
+      whole_host_keys: feature keys that PER_HOST_V1/SLICED hand unsplit to every replica of a host, as
+        `WholeHostBatch` (the embedding inputs, which the embedding host stage joins per host anyway).
     """
 
     def __init__(
@@ -450,10 +479,12 @@ class InputPipeline(object):
         call_input_fn: Callable[[TPUContext], Any],
         ctx: ShardingContext,
         batch_axis: Optional[Sequence[int]] = None,
+        whole_host_keys: Sequence[str] = (),
     ):
         self._call_input_fn = call_input_fn
         self._ctx = ctx
         self._batch_axis = batch_axis
+        self._whole_host_keys = tuple(whole_host_keys)
         self._reader = None
 
     def build(self) -> List[tf.compat.v1.train.SessionRunHook]:
@@ -493,7 +524,7 @@ class InputPipeline(object):
             self._reader = _PerShardReader(sources)
         else:
             broadcast = input_mode == InputPipelineConfig.BROADCAST
-            self._reader = _HostBatchReader(sources, ctx, self._batch_axis, broadcast)
+            self._reader = _HostBatchReader(sources, ctx, self._batch_axis, broadcast, self._whole_host_keys)
         initializers = [s.initializer for s in sources if s.initializer is not None]
         hooks = [s.hook for s in sources if s.hook is not None]
         if initializers:

@@ -13,7 +13,7 @@ import tensorflow as tf
 from tpu_estimator import _estimator_lib, _tf_internal, replication
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge
-from tpu_estimator.embedding_spec import EmbeddingConfigSpec
+from tpu_estimator.embedding_spec import EmbeddingConfigSpec, resolve_embedding_config
 from tpu_estimator.input_pipeline import InputPipeline
 from tpu_estimator.spec import call_user_model_fn, verify_spec_on_shards
 
@@ -49,8 +49,13 @@ class Replicas(NamedTuple):
 def build_input_pipeline(
     settings: ShardedSettings, ctx: ShardingContext, call_input_fn: Callable[[TPUContext], Any]
 ) -> Tuple[InputPipeline, List[tf.compat.v1.train.SessionRunHook]]:
-    """Calls `input_fn` as the input mode says; returns `(pipeline, hooks that start the input)`."""
-    pipeline = InputPipeline(call_input_fn, ctx, settings.batch_axis)
+    """Calls `input_fn` as the input mode says; returns `(pipeline, hooks that start the input)`.
+
+    The embedding inputs are not split over a host's replicas: the bridge joins them per host before deduplicating.
+    """
+    spec = settings.embedding_config_spec
+    whole_host_keys = resolve_embedding_config(spec).raw_keys if spec is not None else ()
+    pipeline = InputPipeline(call_input_fn, ctx, settings.batch_axis, whole_host_keys)
     return pipeline, pipeline.build()
 
 
