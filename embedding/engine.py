@@ -155,18 +155,19 @@ class EmbeddingEngine(tf.Module):
         slot_checkpoint_names = dict(slot_checkpoint_names or {})
         self._table_configs = collections.OrderedDict((t.name, t) for t in table_configs)
         tables = collections.OrderedDict()
-        for name, table in self._table_configs.items():
-            tables[name] = ShardedTable(
-                table,
-                table.optimizer,
-                num_shards=num_shards,
-                devices=devices,
-                partition_strategy=partition_strategy,
-                name=name,
-                checkpoint_name=checkpoint_names.get(name),
-                slot_checkpoint_names=slot_checkpoint_names.get(name),
-                register_in_graph=register_in_graph,
-            )
+        with graph_constants.sharing():  # The tables' initial values share their constants.
+            for name, table in self._table_configs.items():
+                tables[name] = ShardedTable(
+                    table,
+                    table.optimizer,
+                    num_shards=num_shards,
+                    devices=devices,
+                    partition_strategy=partition_strategy,
+                    name=name,
+                    checkpoint_name=checkpoint_names.get(name),
+                    slot_checkpoint_names=slot_checkpoint_names.get(name),
+                    register_in_graph=register_in_graph,
+                )
         self._tables = tables
         self._features_of_table = config_lib.features_by_table(structure)
         seen = {}

@@ -297,10 +297,15 @@ class ShardedTable(tf.Module):
     # ----------------------------------------------------------------------------------------------- creation
     def _create_shards(self, prefix: str, initializer: Callable) -> List[tf.Variable]:
         shards = []
-        with tf.init_scope():
+        with tf.init_scope(), graph_constants.sharing():
             with tf.name_scope(self._scope + "/"):
                 for k in range(self._layout.num_shards):
                     init = make_shard_initial_value(initializer, self._layout, k, self._dim)
+                    if not tf.executing_eagerly():
+                        # The initial value built here, on the shard's device, not by the variable: its ops then
+                        # carry no colocation attribute and shorter names, and share their constants.
+                        with tf.device(self._devices[k]):
+                            init = init()
                     shards.append(checkpointing.create_shard_variable(init, f"{prefix}_{k}", self._devices[k]))
         return shards
 
