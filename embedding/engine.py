@@ -86,11 +86,15 @@ def check_all_finite(
     total = sums[0] if len(sums) == 1 else tf.add_n(sums)
 
     def report_non_finite():
-        flat_shape, concat_axis = tf.constant([-1]), tf.constant(0)
+        if any(len(values) > 1 for values, _ in groups):
+            flat_shape, concat_axis = tf.constant([-1]), tf.constant(0)
         checked = []
         for values, message in groups:
-            flat = [tf.reshape(v, flat_shape) for v in values]
-            flat = flat[0] if len(flat) == 1 else tf.concat(flat, concat_axis)
+            # One tensor is checked as it is; several are flattened and joined.
+            if len(values) == 1:
+                flat = values[0]
+            else:
+                flat = tf.concat([tf.reshape(v, flat_shape) for v in values], concat_axis)
             # check_numerics names what it finds: "NaN", "Inf" or "Inf and NaN"; one after the other, so the first
             # non-finite group is the one reported.
             with tf.control_dependencies(checked[-1:]):
