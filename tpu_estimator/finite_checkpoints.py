@@ -73,7 +73,6 @@ class FiniteCheckpointListener(tf.compat.v1.train.CheckpointSaverListener):
         self._names: List[str] = []
         self._tensors: List[tf.Tensor] = []
         self._checks: List[tf.Operation] = []
-        self._check_all: Optional[tf.Operation] = None
 
     def begin(self) -> None:
         """Builds the check over the current graph's saved values (before it is finalized)."""
@@ -82,15 +81,10 @@ class FiniteCheckpointListener(tf.compat.v1.train.CheckpointSaverListener):
         self._names = [name for name, _ in named]
         self._tensors = [tensor for _, tensor in named]
         self._checks = []
-        self._check_all = None
-        if not named:
-            return
         with tf.name_scope("finite_check"):
             for tensor in self._tensors:
                 with tf.device(tensor.device):
                     self._checks.append(tf.debugging.check_numerics(tensor, "").op)
-            with tf.device("/device:CPU:0"), tf.control_dependencies(self._checks):
-                self._check_all = tf.no_op(name="all")
 
     def before_save(self, session: tf.compat.v1.Session, global_step_value: int) -> None:
         """Raises before the save if a saved value is non-finite.
@@ -98,10 +92,10 @@ class FiniteCheckpointListener(tf.compat.v1.train.CheckpointSaverListener):
         Raises:
           NonFiniteCheckpointError: naming each non-finite variable with NaN, Inf or "NaN and Inf".
         """
-        if self._check_all is None:
+        if not self._checks:
             return
         try:
-            session.run(self._check_all)
+            session.run(self._checks)  # The ops as targets: no op joining them (nor a marked control input each).
             return
         except tf.errors.InvalidArgumentError as error:
             failed = error
