@@ -176,10 +176,10 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
             # partitioned variable), which every reader (RestoreV2, tf.train.load_variable) sees whole.
             rows, dim = logical.shape.as_list()
             specs = []
-            for shard, (offset, size) in zip(logical.shards, logical.row_slices):
+            for read, (offset, size) in zip(logical.saved_reads, logical.row_slices):
                 specs.append(
                     _saveable_object.SaveSpec(
-                        _SavedRead(lambda shard=shard: read_shard(shard)),
+                        read,
                         f"{rows} {dim} {offset},{size}:-",
                         key,
                         dtype=logical.dtype,
@@ -189,7 +189,7 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
         else:
             specs = [
                 _saveable_object.SaveSpec(
-                    _SavedRead(logical.read), "", key, dtype=logical.dtype, device=logical.host_device
+                    logical.saved_reads[0], "", key, dtype=logical.dtype, device=logical.host_device
                 )
             ]
         name = key
@@ -241,6 +241,12 @@ class LogicalTensor(_trackable_base.Trackable):
         self.host_device = host_device or ""
         self._assemble = assemble
         self._split = split
+        # What a TF1 Saver saves: one read per shard (`row_slices`) or of the assembled tensor, built once per graph
+        # for every saveable of this tensor.
+        if self.row_slices is not None:
+            self.saved_reads = [_SavedRead(lambda shard=shard: read_shard(shard)) for shard in self.shards]
+        else:
+            self.saved_reads = [_SavedRead(self.read)]
 
     def read(self) -> tf.Tensor:
         """Returns the full logical tensor (assembled on the host device)."""
