@@ -23,6 +23,8 @@ import tensorflow as tf
 
 from tpu_estimator import _tf_internal
 
+_CHECKED_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)  # The dtypes CheckNumerics takes.
+
 
 class NonFiniteCheckpointError(RuntimeError):
     """A checkpoint about to be written holds NaN or Inf values; it was not written."""
@@ -84,6 +86,8 @@ class FiniteCheckpointListener(tf.compat.v1.train.CheckpointSaverListener):
         with tf.name_scope("finite_check"):
             for tensor in self._tensors:
                 with tf.device(tensor.device):
+                    if tensor.dtype.base_dtype not in _CHECKED_DTYPES:
+                        tensor = tf.cast(tensor, tf.float32)  # E.g. 8-bit floats: no CheckNumerics kernel.
                     self._checks.append(tf.debugging.check_numerics(tensor, "").op)
 
     def before_save(self, session: tf.compat.v1.Session, global_step_value: int) -> None:
