@@ -124,7 +124,7 @@ def test_shard_initial_values_share_their_constants():
     for table, accum in values.values():
         assert np.all(np.abs(table) <= 2 * 0.5 + 1e-6)  # Truncated at two stddevs (1 / sqrt(4)).
         assert np.std(table) > 0.1
-        np.testing.assert_array_equal(accum, 0.1)
+        np.testing.assert_array_equal(accum, np.float32(0.1))
 
 
 def test_the_saver_and_the_finite_check_share_the_reads_of_the_shards():
