@@ -142,3 +142,25 @@ def test_the_saver_and_the_finite_check_share_the_reads_of_the_shards():
         assert {t.name for t in first} <= save_inputs
         del saver
     assert len(first) == 2 * 2  # Table and accumulators, one slice per shard.
+
+
+def test_dense_features_share_their_rows_and_need_no_gains():
+    """Dense ids hold one id per row: the gains of 'mean' and 'sqrtn' are exactly 1 (no bincount, gather or divide),
+    and the features of one size share one rows `Range`; the activations are the rows looked up."""
+    with tf.Graph().as_default() as graph:
+        feature_config = {
+            f"f{i}": config.FeatureConfig(config.TableConfig(VOCAB, DIM, name=f"t{i}", combiner=combiner))
+            for i, combiner in enumerate(["mean", "sqrtn", "sum"])
+        }
+        engine = EmbeddingEngine(feature_config, optimizers.SGD(0.1), num_shards=2, devices=GRAPH_CPUS)
+        features = {key: tf.constant(IDS[:, None]) for key in feature_config}
+        batches = engine.preprocess(features)
+        types = _op_types(graph.get_operations())
+        activations = engine.activations(batches)
+        tables = {name: table.read_full_table() for name, table in engine.tables.items()}
+        with tf.compat.v1.Session(config=_session_config()) as sess:
+            sess.run(engine.initializer)
+            got, full = sess.run([activations, tables])
+    assert types["DenseBincount"] == 0 and types["Range"] == 1
+    for i, key in enumerate(feature_config):
+        np.testing.assert_array_equal(got[key], full[f"t{i}"][IDS])
