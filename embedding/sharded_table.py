@@ -450,8 +450,7 @@ class ShardedTable(tf.Module):
           float32 `[U, dim]`.
         """
         ids = tf.cast(tf.convert_to_tensor(unique_ids), tf.int64)
-        # The table's name alone: callers name the stage (the engine's "embedding_apply_gradients", a lookup scope).
-        with tf.name_scope(self._scope):
+        with tf.name_scope(f"{self._scope}_lookup"):
             parts, positions = self._split_by_shard(ids, sorted_ids=sorted_ids)
             rows = []
             for k, (local,) in enumerate(parts):
@@ -509,7 +508,7 @@ class ShardedTable(tf.Module):
         opt = self._optimizer
         ids = tf.cast(tf.convert_to_tensor(unique_ids), tf.int64)
         grads = tf.convert_to_tensor(grads, dtype=tf.float32)
-        with tf.name_scope(self._scope):  # See `lookup`.
+        with tf.name_scope(f"{self._scope}_apply"):
             lr = opt.learning_rate_tensor() if learning_rate is None else learning_rate
             lr = tf.cast(tf.convert_to_tensor(lr), tf.float32)
             parts, _ = self._split_by_shard(ids, grads, sorted_ids=sorted_ids)
@@ -543,7 +542,7 @@ class ShardedTable(tf.Module):
           ValueError: if the table has no optimizer.
         """
         self._require_optimizer()
-        with tf.name_scope(self._scope):  # See `lookup`.
+        with tf.name_scope(f"{self._scope}_apply"):
             lr = self._optimizer.learning_rate_tensor() if learning_rate is None else learning_rate
             lr = tf.cast(tf.convert_to_tensor(lr), tf.float32)
             split = []
