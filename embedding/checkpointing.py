@@ -138,6 +138,9 @@ def read_shard(variable: tf.Variable) -> tf.Tensor:
             return tf.raw_ops.ReadVariableOp(resource=variable.handle, dtype=variable.dtype)
 
 
+_SAVER_SCOPE = "save/"  # The name scope of `tf.compat.v1.train.Saver`'s ops (its default name), absolute.
+
+
 class _SavedRead:
     """The tensor a SaveSpec saves: in a graph, built once and shared by every user of the spec.
 
@@ -156,7 +159,9 @@ class _SavedRead:
             return self._read()
         graph = tf.compat.v1.get_default_graph()
         if self._tensor is None or self._tensor.graph is not graph:
-            with graph.control_dependencies(None):
+            # Named as the default Saver's own ops ("save/"), whoever builds it first (the finite-checkpoint check
+            # does, before the Saver exists). An absolute scope: the Saver's `name_scope("save")` stays "save".
+            with graph.control_dependencies(None), graph.name_scope(_SAVER_SCOPE):
                 self._tensor = self._read()
         return self._tensor
 
