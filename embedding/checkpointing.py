@@ -18,7 +18,7 @@ resource registration) behind a small API:
 """
 
 import logging
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -46,7 +46,9 @@ _ops.register_proto_function(
 VARIABLE_VALUE_KEY = _trackable_base.VARIABLE_VALUE_KEY
 
 
-def create_shard_variable(initial_value: Callable[[], tf.Tensor], name: str, device: Any) -> tf.Variable:
+def create_shard_variable(
+    initial_value: Union[tf.Tensor, Callable[[], tf.Tensor]], name: str, device: Any
+) -> tf.Variable:
     """Creates a non-trainable float32 resource variable on `device`, outside any graph collection.
 
     The variable is constructed directly (not through `tf.Variable`), so variable creator scopes, in particular
@@ -54,7 +56,7 @@ def create_shard_variable(initial_value: Callable[[], tf.Tensor], name: str, dev
     `tf.init_scope()` when the caller may be inside a `tf.function`.
 
     Args:
-      initial_value: Zero-argument callable returning the initial value (run on `device`).
+      initial_value: The initial value, or a zero-argument callable returning it (run on `device`).
       name: Variable name.
       device: Device string / DeviceSpec, or None.
     """
@@ -96,7 +98,11 @@ def register_shard_variable(variable: tf.Variable) -> None:
         logger.addFilter(_RESOURCE_FILTER)
     with graph.as_default():
         graph.add_to_collection(SHARD_VARIABLES_COLLECTION, variable)
-        _resources.register_resource(variable.handle, variable.initializer, variable.is_initialized())
+        # The variable's own `IsInitialized` op where it has one (`is_initialized()` builds another each call).
+        is_initialized = getattr(variable, "_is_initialized_op", None)
+        if not isinstance(is_initialized, tf.Tensor) or is_initialized.graph is not graph:
+            is_initialized = variable.is_initialized()
+        _resources.register_resource(variable.handle, variable.initializer, is_initialized)
 
 
 def shard_variables(graph: Optional[tf.Graph] = None) -> List[tf.Variable]:
@@ -125,12 +131,39 @@ def read_shard(variable: tf.Variable) -> tf.Tensor:
     sparse update switches it on again, copying only if the read tensor is still alive (TensorFlow's own rule).
     """
     disable = getattr(tf.raw_ops, "DisableCopyOnRead", None)
-    if disable is None:
-        return variable.read_value()
     with tf.device(variable.device):
-        op = disable(resource=variable.handle)
+        op = disable(resource=variable.handle) if disable is not None else None
         with tf.control_dependencies([op] if op is not None else None):
-            return variable.read_value()
+            # The read op alone (`read_value()` adds an identity).
+            return tf.raw_ops.ReadVariableOp(resource=variable.handle, dtype=variable.dtype)
+
+
+_SAVER_SCOPE = "save/"  # The name scope of `tf.compat.v1.train.Saver`'s ops (its default name), absolute.
+
+
+class _SavedRead:
+    """The tensor a SaveSpec saves: in a graph, built once and shared by every user of the spec.
+
+    The Saver builds its save op from `spec.tensor`, and so may others before it (the check that no checkpoint
+    holds NaN or Inf): one read per graph instead of one per use. It is built at the graph's root, outside any
+    control dependencies and control flow (a read op runs each time it is fetched, so it always reads the current
+    value). Executing eagerly, each call reads anew.
+    """
+
+    def __init__(self, read: Callable[[], tf.Tensor]):
+        self._read = read
+        self._tensor: Optional[tf.Tensor] = None
+
+    def __call__(self) -> tf.Tensor:
+        if tf.executing_eagerly():
+            return self._read()
+        graph = tf.compat.v1.get_default_graph()
+        if self._tensor is None or self._tensor.graph is not graph:
+            # Named as the default Saver's own ops ("save/"), whoever builds it first (the finite-checkpoint check
+            # does, before the Saver exists). An absolute scope: the Saver's `name_scope("save")` stays "save".
+            with graph.control_dependencies(None), graph.name_scope(_SAVER_SCOPE):
+                self._tensor = self._read()
+        return self._tensor
 
 
 class _LogicalSaveable(_saveable_object.SaveableObject):
@@ -148,10 +181,10 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
             # partitioned variable), which every reader (RestoreV2, tf.train.load_variable) sees whole.
             rows, dim = logical.shape.as_list()
             specs = []
-            for shard, (offset, size) in zip(logical.shards, logical.row_slices):
+            for read, (offset, size) in zip(logical.saved_reads, logical.row_slices):
                 specs.append(
                     _saveable_object.SaveSpec(
-                        lambda shard=shard: read_shard(shard),
+                        read,
                         f"{rows} {dim} {offset},{size}:-",
                         key,
                         dtype=logical.dtype,
@@ -159,7 +192,11 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
                     )
                 )  # One device per saveable (sharded Savers group by it).
         else:
-            specs = [_saveable_object.SaveSpec(logical.read, "", key, dtype=logical.dtype, device=logical.host_device)]
+            specs = [
+                _saveable_object.SaveSpec(
+                    logical.saved_reads[0], "", key, dtype=logical.dtype, device=logical.host_device
+                )
+            ]
         name = key
         if not tf.executing_eagerly():
             name = logical.shards[0].handle.op.name
@@ -209,6 +246,12 @@ class LogicalTensor(_trackable_base.Trackable):
         self.host_device = host_device or ""
         self._assemble = assemble
         self._split = split
+        # What a TF1 Saver saves: one read per shard (`row_slices`) or of the assembled tensor, built once per graph
+        # for every saveable of this tensor.
+        if self.row_slices is not None:
+            self.saved_reads = [_SavedRead(lambda shard=shard: read_shard(shard)) for shard in self.shards]
+        else:
+            self.saved_reads = [_SavedRead(self.read)]
 
     def read(self) -> tf.Tensor:
         """Returns the full logical tensor (assembled on the host device)."""
@@ -246,7 +289,10 @@ class LogicalTensor(_trackable_base.Trackable):
         ops = []
         for var, part, (_, size) in zip(self.shards, parts, self.row_slices):
             with tf.device(var.device):
-                part = tf.ensure_shape(tf.convert_to_tensor(part, dtype=self.dtype), [size, self.shape[1]])
+                # No shape op: `RestoreV2` returns exactly the slice `[size, dim]`, and fails when the checkpoint's
+                # tensor is not `[rows, dim]`.
+                part = tf.convert_to_tensor(part, dtype=self.dtype)
+                part.shape.assert_is_compatible_with([size, self.shape[1]])
                 ops.append(var.assign(part, read_value=False))
         if tf.executing_eagerly():
             return None

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from embedding import _tf_versions
+from embedding import _tf_versions, graph_constants
 from embedding import optimizers as optimizers_lib
 
 __all__ = [
@@ -63,7 +63,17 @@ class TruncatedNormalInitializer:
 
     def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32, **kwargs) -> tf.Tensor:
         del kwargs
-        return tf.random.truncated_normal(_dims(shape), mean=self.mean, stddev=self.stddev, dtype=dtype, seed=self.seed)
+        if tf.executing_eagerly():
+            return tf.random.truncated_normal(
+                _dims(shape), mean=self.mean, stddev=self.stddev, dtype=dtype, seed=self.seed
+            )
+        # `tf.random.truncated_normal`'s ops without its constants per call (shape, mean, stddev) and without adding
+        # a zero mean: in `graph_constants.sharing()` the shards of all tables share the shape and stddev.
+        dims = shape if tf.is_tensor(shape) else graph_constants.constant(_dims(shape), tf.int32)
+        seed, seed2 = tf.compat.v1.random.get_seed(self.seed)
+        value = tf.raw_ops.TruncatedNormal(shape=dims, dtype=dtype, seed=seed or 0, seed2=seed2 or 0)
+        value = value * graph_constants.constant(self.stddev, dtype)
+        return value + graph_constants.constant(self.mean, dtype) if self.mean else value
 
     def __repr__(self) -> str:
         return f"TruncatedNormalInitializer(mean={self.mean!r}, stddev={self.stddev!r}, seed={self.seed!r})"

@@ -86,11 +86,15 @@ def check_all_finite(
     total = sums[0] if len(sums) == 1 else tf.add_n(sums)
 
     def report_non_finite():
-        flat_shape, concat_axis = tf.constant([-1]), tf.constant(0)
+        if any(len(values) > 1 for values, _ in groups):
+            flat_shape, concat_axis = tf.constant([-1]), tf.constant(0)
         checked = []
         for values, message in groups:
-            flat = [tf.reshape(v, flat_shape) for v in values]
-            flat = flat[0] if len(flat) == 1 else tf.concat(flat, concat_axis)
+            # One tensor is checked as it is; several are flattened and joined.
+            if len(values) == 1:
+                flat = values[0]
+            else:
+                flat = tf.concat([tf.reshape(v, flat_shape) for v in values], concat_axis)
             # check_numerics names what it finds: "NaN", "Inf" or "Inf and NaN"; one after the other, so the first
             # non-finite group is the one reported.
             with tf.control_dependencies(checked[-1:]):
@@ -155,18 +159,19 @@ class EmbeddingEngine(tf.Module):
         slot_checkpoint_names = dict(slot_checkpoint_names or {})
         self._table_configs = collections.OrderedDict((t.name, t) for t in table_configs)
         tables = collections.OrderedDict()
-        for name, table in self._table_configs.items():
-            tables[name] = ShardedTable(
-                table,
-                table.optimizer,
-                num_shards=num_shards,
-                devices=devices,
-                partition_strategy=partition_strategy,
-                name=name,
-                checkpoint_name=checkpoint_names.get(name),
-                slot_checkpoint_names=slot_checkpoint_names.get(name),
-                register_in_graph=register_in_graph,
-            )
+        with graph_constants.sharing():  # The tables' initial values share their constants.
+            for name, table in self._table_configs.items():
+                tables[name] = ShardedTable(
+                    table,
+                    table.optimizer,
+                    num_shards=num_shards,
+                    devices=devices,
+                    partition_strategy=partition_strategy,
+                    name=name,
+                    checkpoint_name=checkpoint_names.get(name),
+                    slot_checkpoint_names=slot_checkpoint_names.get(name),
+                    register_in_graph=register_in_graph,
+                )
         self._tables = tables
         self._features_of_table = config_lib.features_by_table(structure)
         seen = {}

@@ -14,7 +14,7 @@ host (a constant of one host read on another would cross the network every step)
 
 import contextlib
 import threading
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -73,3 +73,46 @@ def constant(value: Any, dtype: tf.DType) -> tf.Tensor:
             graph._set_control_flow_context(context)
             cache[key] = tf.constant(array, dtype)
     return cache[key]
+
+
+def unfoldable(value: Any, dtype: tf.DType) -> tf.Tensor:
+    """A scalar `value` that Grappler cannot fold into its users (a placeholder with a constant default); in
+    `sharing()`, one per value, dtype, graph and control-flow context.
+
+    Executing eagerly, a plain constant.
+    """
+    if tf.executing_eagerly():
+        return tf.constant(value, dtype)
+    cache: Optional[Dict[Tuple, tf.Tensor]] = getattr(_state, "cache", None)
+    graph = tf.compat.v1.get_default_graph()
+    context = graph._get_control_flow_context()
+    key = ("unfoldable", graph, context, dtype, np.asarray(value, dtype=dtype.as_numpy_dtype).tobytes())
+    if cache is not None and key in cache:
+        return cache[key]
+    with graph.control_dependencies(None):
+        graph._set_control_flow_context(context)
+        tensor = tf.compat.v1.placeholder_with_default(tf.constant(value, dtype), [])
+    if cache is not None:
+        cache[key] = tensor
+    return tensor
+
+
+def shared(key: Any, build: Callable[[], tf.Tensor]) -> tf.Tensor:
+    """`build()`, a tensor computed from shared constants only; in `sharing()`, built once per key, graph and
+    control-flow context (like `constant`, outside the control dependencies in force).
+
+    Args:
+      key: a hashable description of what `build` computes.
+      build: builds the tensor (from `constant()`s only, so that it is valid wherever the constants are).
+    """
+    cache: Optional[Dict[Tuple, tf.Tensor]] = getattr(_state, "cache", None)
+    if cache is None or tf.executing_eagerly():
+        return build()
+    graph = tf.compat.v1.get_default_graph()
+    context = graph._get_control_flow_context()
+    full_key = ("shared", graph, context, key)
+    if full_key not in cache:
+        with graph.control_dependencies(None):
+            graph._set_control_flow_context(context)
+            cache[full_key] = build()
+    return cache[full_key]

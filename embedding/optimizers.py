@@ -37,6 +37,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from embedding import graph_constants
+
 ClipValueType = Union[float, Tuple[Optional[float], Optional[float]]]
 LearningRateType = Union[float, Callable[[], Any]]
 Initializer = Callable[..., tf.Tensor]
@@ -77,14 +79,15 @@ class ConstantInitializer:
 
     def __call__(self, shape: Sequence[int], dtype: tf.DType = tf.float32, **kwargs) -> tf.Tensor:
         del kwargs  # partition/shard info is irrelevant for a constant.
-        dims = shape if tf.is_tensor(shape) else tf.TensorShape(shape).as_list()
-        value = tf.constant(self.value, dtype=dtype)
-        if not tf.executing_eagerly():
-            # In graphs, Grappler would fold Fill(const, const) into a Const node that keeps the full tensor alive, and the
-            # variable, aliasing that buffer, would copy itself on its first sparse update: one extra table of memory
-            # per slot. A placeholder_with_default value cannot be folded.
-            value = tf.compat.v1.placeholder_with_default(value, [])
-        return tf.fill(dims, value)
+        if tf.executing_eagerly():
+            dims = shape if tf.is_tensor(shape) else tf.TensorShape(shape).as_list()
+            return tf.fill(dims, tf.constant(self.value, dtype=dtype))
+        # In graphs, Grappler would fold Fill(const, const) into a Const node that keeps the full tensor alive, and the
+        # variable, aliasing that buffer, would copy itself on its first sparse update: one extra table of memory per
+        # slot. A placeholder_with_default value cannot be folded. The value and the dims are shared by the
+        # initialisers built in one `graph_constants.sharing()` block (every shard of every table).
+        dims = shape if tf.is_tensor(shape) else graph_constants.constant(tf.TensorShape(shape).as_list(), tf.int32)
+        return tf.fill(dims, graph_constants.unfoldable(self.value, dtype))
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, ConstantInitializer) and other.value == self.value

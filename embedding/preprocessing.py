@@ -209,6 +209,7 @@ class _Coo(NamedTuple):
     is_sequence: bool
     rows_sorted: bool  # rows non-decreasing in entry order.
     max_entries: Optional[int] = None  # Static upper bound of n (None: unknown).
+    one_per_row: bool = False  # Entry i is the only entry of row i (dense ids, not a sequence).
 
 
 def _max_entries(value: Any) -> Optional[int]:
@@ -327,11 +328,13 @@ def _as_scalar(d: Dim) -> tf.Tensor:
 
 
 def _positions(ids: tf.Tensor) -> tf.Tensor:
-    """`tf.range(size(ids))` (int32) with shared constants."""
-    size = ids.shape.num_elements()
-    size = graph_constants.constant(size, tf.int32) if size is not None else tf.size(ids, out_type=tf.int32)
+    """`tf.range(size(ids))` (int32) with shared constants; one op for all ids of the same static size."""
     zero, one = graph_constants.constant(0, tf.int32), graph_constants.constant(1, tf.int32)
-    return tf.raw_ops.Range(start=zero, limit=size, delta=one)
+    size = ids.shape.num_elements()
+    if size is None:
+        return tf.raw_ops.Range(start=zero, limit=tf.size(ids, out_type=tf.int32), delta=one)
+    limit = graph_constants.constant(size, tf.int32)
+    return graph_constants.shared(("positions", size), lambda: tf.raw_ops.Range(start=zero, limit=limit, delta=one))
 
 
 def _as_int64(scalar: tf.Tensor) -> tf.Tensor:
@@ -381,7 +384,7 @@ def _dense_coo(value: tf.Tensor, out_shape: Optional[List[int]], seq_len: int, c
         _check_output_numel(out_shape, numel, ctx, "dense")
         out = list(out_shape)
     rows = _positions(ids)
-    return _Coo(tf.cast(ids, tf.int64), rows, None, _as_scalar(numel), out, False, True)
+    return _Coo(tf.cast(ids, tf.int64), rows, None, _as_scalar(numel), out, False, True, one_per_row=True)
 
 
 def _sparse_coo(
@@ -612,8 +615,8 @@ def _gains(coo: _Coo, combiner: str) -> tf.Tensor:
             if n is not None
             else tf.ones_like(coo.ids, dtype=tf.float32)
         )
-    if coo.is_sequence or combiner == "sum":
-        return weights
+    if coo.is_sequence or combiner == "sum" or (coo.one_per_row and coo.weights is None):
+        return weights  # Also a row's only id of weight 1: its mean and sqrtn gains are 1 / 1, exactly 1.
     axis = graph_constants.constant(0, tf.int32)
     if combiner == "mean":
         totals = _segment_sum(weights, coo.rows, coo.num_segments)

@@ -75,15 +75,18 @@ class ShardLayout:
 
 
 class _SplitMemo(object):
-    """The last shard splits of sorted ids a table built in a graph (a plain holder: tf.Module tracks no tensors).
+    """The last shard splits of sorted ids a table built in a graph, and the rows its last lookup gathered (a plain
+    holder: tf.Module tracks no tensors).
 
-    One per ids tensor looked up: a step whose ids were deduplicated on several hosts looks up one tensor per host.
+    One split per ids tensor looked up: a step whose ids were deduplicated on several hosts looks up one tensor per
+    host.
     """
 
     _SIZE = 16
 
     def __init__(self):
         self.entries = []
+        self.rows = None  # (graph, control-flow context, [(local ids, gathered rows)] per shard).
 
     def get(self, unique_ids, graph, context):
         for entry in self.entries:
@@ -297,10 +300,15 @@ class ShardedTable(tf.Module):
     # ----------------------------------------------------------------------------------------------- creation
     def _create_shards(self, prefix: str, initializer: Callable) -> List[tf.Variable]:
         shards = []
-        with tf.init_scope():
+        with tf.init_scope(), graph_constants.sharing():
             with tf.name_scope(self._scope + "/"):
                 for k in range(self._layout.num_shards):
                     init = make_shard_initial_value(initializer, self._layout, k, self._dim)
+                    if not tf.executing_eagerly():
+                        # The initial value built here, on the shard's device, not by the variable: its ops then
+                        # carry no colocation attribute and shorter names, and share their constants.
+                        with tf.device(self._devices[k]):
+                            init = init()
                     shards.append(checkpointing.create_shard_variable(init, f"{prefix}_{k}", self._devices[k]))
         return shards
 
@@ -448,6 +456,7 @@ class ShardedTable(tf.Module):
             for k, (local,) in enumerate(parts):
                 with tf.device(self._devices[k]):
                     rows.append(tf.gather(self._shards[k], local))
+            self._remember_rows([local for (local,) in parts], rows)
             if positions is None:
                 return rows[0]
             if isinstance(positions, str):
@@ -570,15 +579,47 @@ class ShardedTable(tf.Module):
     def _slot_vars(self, k: int) -> Dict[str, tf.Variable]:
         return {s: self._slot_shards[s][k] for s in self._slot_names}
 
+    def _remember_rows(self, locals_: List[tf.Tensor], rows: List[tf.Tensor]) -> None:
+        """Keeps the rows a lookup gathered for the update of the same ids (TF1 graphs only, see `_looked_up`)."""
+        if tf.executing_eagerly():
+            return
+        graph = tf.compat.v1.get_default_graph()
+        if graph.building_function:
+            return
+        self._split_memo.rows = (graph, graph._get_control_flow_context(), list(zip(locals_, rows)))
+
+    def _looked_up(self, k: int, local: tf.Tensor) -> Optional[tf.Tensor]:
+        """The rows of shard k the lookup of these very ids gathered in this graph and loop body, once, or None.
+
+        In a TF1 graph the update's gather would read the same values: within one `Session.run` nothing writes a
+        shard between a step's lookup and its update but that update (a pipelined update of the previous step has
+        other ids). Not in functions, whose automatic control dependencies order the reads after any write in
+        between. One use: a second update of the same ids reads what the first one wrote.
+        """
+        memo = self._split_memo.rows
+        if memo is None or tf.executing_eagerly():
+            return None
+        graph = tf.compat.v1.get_default_graph()
+        if memo[0] is not graph or memo[1] is not graph._get_control_flow_context() or k >= len(memo[2]):
+            return None
+        looked_up_ids, rows = memo[2][k]
+        if looked_up_ids is not local:
+            return None
+        memo[2][k] = (None, None)
+        return rows
+
     def _apply_rows(self, k: int, local: tf.Tensor, g: tf.Tensor, lr: tf.Tensor) -> list:
-        """Lazy update of the touched rows of shard k: a fused kernel, or gather, pure rule, scatter."""
+        """Lazy update of the touched rows of shard k: a fused kernel, or gather (or the lookup's rows of the same
+        ids), pure rule, scatter."""
         var, slot_vars = self._shards[k], self._slot_vars(k)
         supports_fused = getattr(self._optimizer, "supports_fused_sparse_apply", None)
         if supports_fused is not None and supports_fused() and optimizers.prefer_fused_sparse_apply():
             op = self._optimizer.fused_sparse_apply(var, slot_vars, local, g, lr)
             if op is not None:  # None: the fused path did not apply and nothing ran.
                 return [op]
-        rows = tf.gather(var, local)
+        rows = self._looked_up(k, local)
+        if rows is None:
+            rows = tf.gather(var, local)
         slot_rows = {s: tf.gather(v, local) for s, v in slot_vars.items()}
         new_rows, new_slots = self._optimizer.apply_rows(rows, slot_rows, g, lr)
         # All reads before any write (TF1 graphs have no automatic control dependencies).

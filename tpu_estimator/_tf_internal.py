@@ -352,3 +352,16 @@ def without_session_recovery() -> Iterator[None]:
             _recovery_depth -= 1
             if _recovery_depth == 0:
                 monitored_session._PREEMPTION_ERRORS = _preemption_errors
+
+
+def variable_value(variable) -> tf.Tensor:
+    """A tensor of `variable`'s current value, reusing the read op its constructor built where it can.
+
+    A graph variable keeps the read it built at its creation (`_graph_element`: a resource variable's
+    `Read/ReadVariableOp`, a reference variable's snapshot); each `value()` of a resource variable would add one
+    more. That read is used only when it was built at the graph's root (not inside a loop or a cond branch).
+    """
+    element = getattr(variable, "_graph_element", None)
+    if isinstance(element, tf.Tensor) and element.op._get_control_flow_context() is None:
+        return element
+    return variable.value() if hasattr(variable, "value") else tf.convert_to_tensor(variable)

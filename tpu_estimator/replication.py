@@ -7,7 +7,9 @@ next; when the last replica arrives, the reduction is built from every replica's
 with the result. This is how TensorFlow's own MirroredStrategy builds graphs, without mirrored variables:
 variables are one logical copy, created by replica 0 and handed, in creation order, to the other replicas.
 
-Only replica 0's side effects run (its `train_op`); the other replicas compute what the reductions need.
+Only replica 0's side effects run (its `train_op`); the other replicas compute what the reductions need. Their
+`CrossShardOptimizer.apply_gradients` builds the reductions but no update (it would never run): it is handed the
+variables replica 0's update created (slots), as any variable, and returns a no-op.
 """
 
 import sys
@@ -67,6 +69,8 @@ class _Coordinator(object):
         self.num_reductions = 0
         self.created_variables = []
         self.variable_counters = [0] * self.num_replicas
+        self.updates = []  # Per `CrossShardOptimizer` update of replica 0: (variables it created, its optimizer).
+        self.update_counters = [0] * self.num_replicas
         self.collections = [None] * self.num_replicas
         self.flow_contexts = [None] * self.num_replicas
         # (variable index, task) -> (control-flow context, the host's copy of the variable's value).
@@ -216,6 +220,30 @@ class _Coordinator(object):
 
         view = _tf_internal.variable_reading_through(variable, read)
         return variable if view is None else view
+
+    def build_update(self, build: Callable[[], Any], optimizer: Any) -> Any:
+        """Replica 0: builds an optimizer update, noting how many variables (slots) it created."""
+        first = len(self.created_variables)
+        result = build()
+        self.updates.append((len(self.created_variables) - first, optimizer))
+        return result
+
+    def skip_update(self, replica_id: int) -> Any:
+        """Replica > 0: skips its next update, as if it had created replica 0's variables; returns the optimizer
+        that built replica 0's update (which holds the slots).
+
+        Replica 0 builds its update before any other replica passes the reductions of the same call.
+        """
+        index = self.update_counters[replica_id]
+        if index >= len(self.updates):
+            raise RuntimeError(
+                "Replicas diverged: replica {} applies gradients more often than replica 0. model_fn must call "
+                "CrossShardOptimizer the same number of times, in the same order, on every replica.".format(replica_id)
+            )
+        self.update_counters[replica_id] += 1
+        created, optimizer = self.updates[index]
+        self.variable_counters[replica_id] += created
+        return optimizer
 
 
 def _replica_collections(base: dict, replica_id: int) -> dict:
@@ -486,7 +514,11 @@ class CrossShardOptimizer(tf.compat.v1.train.Optimizer):
         return self._opt.compute_gradients(loss, var_list=var_list, **kwargs)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        """Sums each gradient across shards, then applies it with the wrapped optimizer."""
+        """Sums each gradient across shards, then applies it with the wrapped optimizer.
+
+        Replicas other than 0 build the sums only: their update would never run (only replica 0's `train_op`
+        does), so they return a no-op, and their slots are replica 0's.
+        """
         summed = []
         for grad, var in grads_and_vars:
             if grad is None:
@@ -494,16 +526,28 @@ class CrossShardOptimizer(tf.compat.v1.train.Optimizer):
             else:
                 with tf.compat.v1.colocate_with(grad):
                     summed.append((all_reduce_sum(tf.convert_to_tensor(grad), self._group_assignment), var))
-        return self._opt.apply_gradients(summed, global_step, name)
+        context = current_replica_context()
+        if context is None:
+            return self._opt.apply_gradients(summed, global_step, name)
+        if context.replica_id == 0:
+            return context.coordinator.build_update(
+                lambda: self._opt.apply_gradients(summed, global_step, name), self._opt
+            )
+        self._slots_of = context.coordinator.skip_update(context.replica_id)
+        return tf.no_op(name=name)
+
+    def _slot_owner(self):
+        """The optimizer holding the slots: the wrapped one, or on replicas > 0 the one of replica 0's update."""
+        return getattr(self, "_slots_of", None) or self._opt
 
     def get_slot(self, *args, **kwargs):
-        return self._opt.get_slot(*args, **kwargs)
+        return self._slot_owner().get_slot(*args, **kwargs)
 
     def get_slot_names(self, *args, **kwargs):
-        return self._opt.get_slot_names(*args, **kwargs)
+        return self._slot_owner().get_slot_names(*args, **kwargs)
 
     def variables(self):
-        return self._opt.variables()
+        return self._slot_owner().variables()
 
 
 def outside_compilation(computation: Callable[..., Any], *args, **kwargs) -> Any:

@@ -130,3 +130,32 @@ def test_non_finite_embedding_table_is_never_checkpointed(tmp_path):
         estimator.train(emb.input_fn, max_steps=2)
     assert "global step 0" in str(raised.value) and "no checkpoint was written" in str(raised.value)
     assert tf.train.latest_checkpoint(str(tmp_path)) is None
+
+
+def test_every_shard_of_a_sharded_table_is_checked(tmp_path):
+    """A table on 2 shards is saved as one slice per shard under one name: a NaN or Inf in the last shard's rows
+    only (rows 5..9 of 't1') refuses the checkpoint too, naming the table once with both kinds."""
+    t1 = np.full((10, 4), 0.1, np.float32)
+    t1[8, 0] = np.nan
+    t1[9, 1] = -np.inf
+    spec = tex.EmbeddingConfigSpec(
+        table_to_config_dict={
+            "t1": tex.TableConfig(10, 4, initializer=tf.compat.v1.constant_initializer(t1)),
+            "t2": tex.TableConfig(7, 4, initializer=tf.compat.v1.constant_initializer(0.2)),
+        },
+        feature_to_config_dict={
+            "a": tex.FeatureConfig("t1"),
+            "b": tex.FeatureConfig("t2"),
+            "c": tex.FeatureConfig("t1"),
+        },
+        optimization_parameters=tex.AdagradParameters(0.3),
+        partition_strategy="div",
+    )
+    config = te.RunConfig(model_dir=str(tmp_path), tpu_config=te.TPUConfig(iterations_per_loop=1, num_shards=2))
+    estimator = te.TPUEstimator(
+        model_fn=emb.model_fn, config=config, train_batch_size=emb.G, embedding_config_spec=spec
+    )
+    with pytest.raises(NonFiniteCheckpointError, match=r"non-finite values in 't1' \(NaN and Inf\)\.") as raised:
+        estimator.train(emb.input_fn, max_steps=2)
+    assert "'t2'" not in str(raised.value)
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None

@@ -96,7 +96,7 @@ def predict_from_checkpoint(config: config_file.Config, model_dir: str, ds_fn) -
     transform = models.model_module(config).prepare_features
 
     def input_fn(params):
-        return ds_fn(params["batch_size"]).map(lambda features, label: transform(features))
+        return ds_fn(params["batch_size"]).map(lambda features, label: transform(features) if transform else features)
 
     rows = list(estimator.predict(input_fn, yield_single_examples=True))
     return {key: np.array([r[key] for r in rows]) for key in (rows[0] if rows else {})}

@@ -203,7 +203,8 @@ def make_file_input_fn(
 
 
 def _finish(ds: tf.data.Dataset, transform: Optional[FeatureTransform], with_labels: bool) -> tf.data.Dataset:
-    transform = transform or (lambda features: features)
+    if transform is None:
+        return ds if with_labels else ds.map(lambda features, label: features)
     if with_labels:
         return ds.map(lambda features, label: (transform(features), label))
     return ds.map(lambda features, label: transform(features))
