@@ -313,10 +313,7 @@ class EmbeddingEngine(tf.Module):
         """
         with tf.name_scope("embedding_apply_gradients"), graph_constants.sharing():
             multiplier = None if gradient_multiplier is None else tf.cast(gradient_multiplier, tf.float32)
-            checks = self._check_activation_gradients(batches, activation_grads, multiplier) if check_numerics else []
-            grads = self.table_gradients(batches, activation_grads)
-            if multiplier is not None:
-                grads = collections.OrderedDict((n, g * multiplier) for n, g in grads.items())
+            checks, grads = self._checked_table_gradients(batches, activation_grads, multiplier, check_numerics)
             unique_ids = collections.OrderedDict((n, self._batch(batches, n).unique_ids) for n in self._tables)
             self._require_optimizers()
             return self._apply(unique_ids, grads, learning_rate_override, checks, sorted_ids=True)
@@ -355,13 +352,24 @@ class EmbeddingEngine(tf.Module):
             per_table: Dict[str, List[Tuple[tf.Tensor, tf.Tensor, Any]]] = {name: [] for name in self._tables}
             for batches, activation_grads, device in parts:
                 with graph_constants.placed(device):
-                    if check_numerics:
-                        checks += self._check_activation_gradients(batches, activation_grads, multiplier)
-                    grads = self.table_gradients(batches, activation_grads)
+                    part_checks, grads = self._checked_table_gradients(
+                        batches, activation_grads, multiplier, check_numerics
+                    )
+                    checks += part_checks
                     for name, grad in grads.items():
-                        grad = grad if multiplier is None else grad * multiplier
                         per_table[name].append((self._batch(batches, name).unique_ids, grad, device))
             return self._apply_parts(per_table, learning_rate_override, checks, sorted_ids=True)
+
+    def _checked_table_gradients(
+        self, batches: Mapping[str, Any], activation_grads: Any, multiplier: Optional[tf.Tensor], check_numerics: bool
+    ) -> Tuple[List[tf.Tensor], "collections.OrderedDict[str, tf.Tensor]"]:
+        """`(finiteness checks, {table: gradient of its unique ids, times the multiplier})` of one preprocessed
+        batch: the work `apply_gradients` and each part of `apply_gradients_of_parts` do before the update."""
+        checks = self._check_activation_gradients(batches, activation_grads, multiplier) if check_numerics else []
+        grads = self.table_gradients(batches, activation_grads)
+        if multiplier is not None:
+            grads = collections.OrderedDict((n, g * multiplier) for n, g in grads.items())
+        return checks, grads
 
     def _check_activation_gradients(
         self, batches: Mapping[str, Any], activation_grads: Any, multiplier: Optional[tf.Tensor]

@@ -39,7 +39,6 @@ import yaml
 
 PROGRAM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "bench")
 IMPLEMENTATIONS = ("ours", "upstream")
-KINDS = ("program", "input", "compute")
 
 
 @dataclasses.dataclass
@@ -377,9 +376,8 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
         return input_fn(params).take(p.compute_pool_batches).cache().repeat().prefetch(p.prefetch)
 
     estimator = _estimator(p, implementation, model_dir)
-    first = _train_phase(estimator, pooled_input_fn, p.first_steps, 0, p.batch_size)
+    _train_phase(estimator, pooled_input_fn, p.first_steps, 0, p.batch_size)  # as the program: setup, then measure
     second = _train_phase(estimator, pooled_input_fn, p.total_steps, p.first_steps, p.batch_size)
-    del first
     return {"examples_per_sec": second.get("loop_examples_per_sec"), "cores_busy": second.get("loop_cores_busy")}
 
 
@@ -487,10 +485,19 @@ def compare(
       `{'program', 'rounds': [{impl: result}], 'ratios': {...}, 'bounds': {...}}`; ratios are upstream / ours
       per round (wall time: above 1 ours is faster; loop rate: ours / upstream).
     """
-    tfrecord_path = None
-    workdir = tempfile.mkdtemp(prefix="program_bench_data_")
-    if p.source == "tfrecord":
-        tfrecord_path = write_tfrecords(p, workdir)
+    with tempfile.TemporaryDirectory(prefix="program_bench_data_") as workdir:
+        tfrecord_path = write_tfrecords(p, workdir) if p.source == "tfrecord" else None
+        return _compare_in_turn(p, runs, interpreters, bounds, log, tfrecord_path)
+
+
+def _compare_in_turn(
+    p: Program,
+    runs: int,
+    interpreters: Dict[str, Interpreter],
+    bounds: bool,
+    log: Callable[[str], None],
+    tfrecord_path: Optional[str],
+) -> Dict[str, Any]:
     rounds: List[Dict[str, Dict[str, Any]]] = []
     for r in range(runs):
         round_results = {}
