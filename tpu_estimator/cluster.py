@@ -17,7 +17,7 @@ import json
 import os
 import re
 import socket
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -175,9 +175,13 @@ def discover_devices(cluster: Cluster, config: tf.compat.v1.ConfigProto) -> Dict
     Raises:
       ClusterError: the cluster cannot be reached within the session deadline, or a host has no device.
     """
-    try:
+
+    def list_devices():
         with tf.Graph().as_default(), tf.compat.v1.Session(cluster.target, config=config) as session:
-            names = [d.name for d in session.list_devices()]
+            return [d.name for d in session.list_devices()]
+
+    try:
+        names = _again_if_hosts_up(cluster, list_devices)
     except tf.errors.OpError as error:
         raise _unreachable(cluster, error) from error
     by_host: Dict[int, Dict[str, List[Tuple[int, str]]]] = {h: {"GPU": [], "CPU": []} for h in range(cluster.num_hosts)}
@@ -281,6 +285,20 @@ def unreachable_hosts(cluster: Cluster, timeout_secs: float = 2.0) -> List[int]:
     return dead
 
 
+def _again_if_hosts_up(cluster: Cluster, run: Callable[[], Any]) -> Any:
+    """`run()`; after a deadline while every host accepts a TCP connection, `run()` once more.
+
+    A worker restarted after a fault is up before the other tasks' gRPC channels to it have left their reconnect
+    backoff: the first session on the cluster can then miss its deadline although nothing is down.
+    """
+    try:
+        return run()
+    except tf.errors.DeadlineExceededError:
+        if unreachable_hosts(cluster):
+            raise
+    return run()
+
+
 def _hosts_named_in(cluster: Cluster, message: str) -> List[int]:
     named = set()
     for host, address in enumerate(cluster.addresses):
@@ -357,7 +375,8 @@ def check_model_dir(cluster: Cluster, model_dir: str, config: tf.compat.v1.Confi
         for host, path in enumerate(paths):
             with tf.device(cluster.host_device(host)):
                 writes.append(tf.io.write_file(path, cluster.describe(host)))
-        try:
+
+        def write_probes():
             with tf.compat.v1.Session(cluster.target, config=config) as session:
                 for host, write in enumerate(writes):
                     try:
@@ -372,6 +391,9 @@ def check_model_dir(cluster: Cluster, model_dir: str, config: tf.compat.v1.Confi
                                 cluster.describe(host), model_dir, type(error).__name__, error.message.splitlines()[0]
                             )
                         ) from error
+
+        try:
+            _again_if_hosts_up(cluster, write_probes)
         except FAULT_ERRORS as error:
             raise _unreachable(cluster, error) from error
     missing = [h for h, path in enumerate(paths) if not tf.io.gfile.exists(path)]

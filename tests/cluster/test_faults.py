@@ -59,3 +59,22 @@ def test_killed_worker_fails_train_then_restarted_training_resumes(tmp_path):
             np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
     finally:
         cluster.stop()
+
+
+def test_a_deadline_is_retried_once_only_while_every_host_accepts_connections(monkeypatch):
+    calls = []
+
+    def run():
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded")
+        return "devices"
+
+    cluster = cluster_lib.Cluster.__new__(cluster_lib.Cluster)
+    monkeypatch.setattr(cluster_lib, "unreachable_hosts", lambda c: [])
+    assert cluster_lib._again_if_hosts_up(cluster, run) == "devices" and calls == [0, 1]
+    calls.clear()
+    monkeypatch.setattr(cluster_lib, "unreachable_hosts", lambda c: [1])
+    with pytest.raises(tf.errors.DeadlineExceededError):
+        cluster_lib._again_if_hosts_up(cluster, run)
+    assert calls == [0]
