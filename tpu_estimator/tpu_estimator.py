@@ -138,6 +138,7 @@ class TPUEstimator(_estimator_lib.Estimator):
         self._export_to_cpu = export_to_cpu
         self._export_saved_model_api_version = export_saved_model_api_version
         self._embedding_config_spec = embedding_config_spec
+        self._train_hooks_save_checkpoints = False  # train()'s hooks include a CheckpointSaverHook (set per call).
         self._is_input_fn_invoked = None
         self._iterations_per_training_loop = parse_iterations_per_loop(config.tpu_config.iterations_per_loop)
         self._log_every_n_steps = config.log_step_count_steps
@@ -187,6 +188,9 @@ class TPUEstimator(_estimator_lib.Estimator):
                 return self
             if self._config.tpu_cluster is not None:
                 cluster_lib.check_model_dir(self._config.tpu_cluster, self._model_dir, self._config.session_config)
+            self._train_hooks_save_checkpoints = any(
+                isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks or ()
+            )
             return super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
 
     def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
@@ -298,6 +302,8 @@ class TPUEstimator(_estimator_lib.Estimator):
                 iterations_per_loop=self._iterations_per_training_loop,
                 host_call_every_n_steps=self._config.tpu_config.experimental_host_call_every_n_steps,
                 progress=self._progress_settings(),
+                saves_checkpoints=bool(config.save_checkpoints_secs or config.save_checkpoints_steps)
+                and not self._train_hooks_save_checkpoints,
             )
             return TrainLoop(settings, loop, ctx).build(deferred_input.call)
         if mode == ModeKeys.EVAL:

@@ -28,6 +28,7 @@ from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.context import ShardingContext
 from tpu_estimator.embedding_infeed import EmbeddingInfeed
+from tpu_estimator.estimator_core import checkpoint_saver
 from tpu_estimator.spec import call_scaffold_fn
 from tpu_estimator.tpu_config import IterationsPerLoopCounter
 
@@ -42,11 +43,15 @@ class TrainLoopSettings:
       iterations_per_loop: the parsed `TPUConfig.iterations_per_loop` (a count or a period).
       host_call_every_n_steps: `TPUConfig.experimental_host_call_every_n_steps`.
       progress: loss/step logging and examples/sec.
+      saves_checkpoints: the loop brings the chief's checkpoint saver (`estimator_core.checkpoint_saver`, which
+        writes `graph.pbtxt` natively), in place of the Estimator's default one: the `RunConfig` saves checkpoints
+        and `train()` was given no `CheckpointSaverHook`.
     """
 
     iterations_per_loop: IterationsPerLoopCounter
     host_call_every_n_steps: int
     progress: hooks_lib.ProgressSettings
+    saves_checkpoints: bool = False
 
 
 class TrainLoop(object):
@@ -92,13 +97,33 @@ class TrainLoop(object):
             hooks.append(self._host_calls.hook(spec.host_call))
         hooks.extend(self._progress_hooks(loss))
         hooks.append(hooks_lib.InstallSignalHandlerHook())
+        scaffold = call_scaffold_fn(getattr(spec, "scaffold_fn", None))
         return _estimator_lib.EstimatorSpec(
             mode=ModeKeys.TRAIN,
             loss=loss,
             train_op=loss.op,
             training_hooks=hooks,
-            scaffold=call_scaffold_fn(getattr(spec, "scaffold_fn", None)),
+            training_chief_hooks=self._checkpoint_saver_hooks(hooks, scaffold),
+            scaffold=scaffold,
         )
+
+    def _checkpoint_saver_hooks(self, hooks, scaffold) -> List[tf.compat.v1.train.SessionRunHook]:
+        """The chief's checkpoint saver, configured as the Estimator configures its default one (none if a hook of
+        the model saves checkpoints)."""
+        if not self._loop.saves_checkpoints or any(
+            isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks
+        ):
+            return []
+        config = self._ctx.config
+        return [
+            checkpoint_saver.CheckpointSaverHook(
+                config.model_dir,
+                save_secs=config.save_checkpoints_secs,
+                save_steps=config.save_checkpoints_steps,
+                scaffold=scaffold,
+                save_graph_def=getattr(config, "checkpoint_save_graph_def", True),
+            )
+        ]
 
     # ---- the loop ---------------------------------------------------------------------------------------------
 

@@ -416,21 +416,34 @@ def run_child(
     timeout: float = 3600,
 ) -> Dict[str, Any]:
     """Runs one child process; returns its result plus the process's wall and CPU seconds, or `{'error': ...}`."""
+    request = {
+        "program": dataclasses.asdict(p),
+        "kind": kind,
+        "implementation": implementation,
+        "tfrecord_path": tfrecord_path,
+    }
+    return run_module_child(__name__, request, interpreter, timeout)
+
+
+def run_module_child(module: str, request: Dict[str, Any], interpreter: Interpreter, timeout: float) -> Dict[str, Any]:
+    """Runs `python -m module <request as JSON>` in a fresh temporary directory.
+
+    The request gains `model_dir` and `output` (paths in that directory); the child writes its result as JSON to
+    `output`.
+
+    Returns:
+      The child's result plus `wall_seconds`, `cpu_seconds` (user + system, from `os.wait4`) and `cores_busy`; or
+      `{'error': ...}` with the exit status and the end of its stderr, or the timeout.
+    """
+    os.sync()  # The previous child's checkpoints are on disk, not being written back while this one runs.
     with tempfile.TemporaryDirectory(prefix="program_bench_") as tmp:
-        request = {
-            "program": dataclasses.asdict(p),
-            "kind": kind,
-            "implementation": implementation,
-            "model_dir": os.path.join(tmp, "model"),
-            "output": os.path.join(tmp, "result.json"),
-            "tfrecord_path": tfrecord_path,
-        }
+        request = dict(request, model_dir=os.path.join(tmp, "model"), output=os.path.join(tmp, "result.json"))
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env.setdefault("TF_USE_LEGACY_KERAS", "1")
         if interpreter.source_dir:
             env["PYTHONPATH"] = os.pathsep.join(x for x in (interpreter.source_dir, env.get("PYTHONPATH")) if x)
-        cmd = [interpreter.python, "-m", "tpu_estimator.app.program_benchmark", json.dumps(request)]
+        cmd = [interpreter.python, "-m", module, json.dumps(request)]
         start = time.perf_counter()
         with open(os.path.join(tmp, "stderr"), "w+") as stderr:
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp)
@@ -465,7 +478,7 @@ def _wait4(proc: subprocess.Popen, timeout: float):
         time.sleep(0.02)
 
 
-def _summary(values: Sequence[Optional[float]]) -> Optional[Dict[str, float]]:
+def summary(values: Sequence[Optional[float]]) -> Optional[Dict[str, float]]:
     good = [v for v in values if v is not None]
     if not good:
         return None
@@ -514,12 +527,12 @@ def _compare_in_turn(
         rounds.append(round_results)
     complete = [rr for rr in rounds if all("error" not in rr[i] for i in IMPLEMENTATIONS)]
     ratios = {
-        "wall_upstream_over_ours": _summary(
+        "wall_upstream_over_ours": summary(
             [rr["upstream"]["wall_seconds"] / rr["ours"]["wall_seconds"] for rr in complete]
         ),
         "evaluate_upstream_over_ours": _phase_ratio(complete, "evaluate"),
         "predict_upstream_over_ours": _phase_ratio(complete, "predict"),
-        "loop_ours_over_upstream": _summary(
+        "loop_ours_over_upstream": summary(
             [
                 rr["ours"]["loop_examples_per_sec"] / rr["upstream"]["loop_examples_per_sec"]
                 for rr in complete
@@ -546,19 +559,19 @@ def _compare_in_turn(
 
 def _phase_ratio(rounds, phase: str) -> Optional[Dict[str, float]]:
     """Per round, upstream's seconds in `phase` over ours (above 1: ours is faster)."""
-    return _summary(
+    return summary(
         [rr["upstream"][phase]["seconds"] / rr["ours"][phase]["seconds"] for rr in rounds if phase in rr["ours"]]
     )
 
 
 def _per_impl(rounds, implementation: str, get: Callable[[Dict[str, Any]], Optional[float]]):
-    return _summary([get(rr[implementation]) for rr in rounds if "error" not in rr[implementation]])
+    return summary([get(rr[implementation]) for rr in rounds if "error" not in rr[implementation]])
 
 
-def _cell(summary: Optional[Dict[str, float]], fmt: str = "{:.1f}") -> str:
-    if summary is None:
+def cell(stats: Optional[Dict[str, float]], fmt: str = "{:.1f}") -> str:
+    if stats is None:
         return "-"
-    return f"{fmt.format(summary['median'])} ({fmt.format(summary['min'])}-{fmt.format(summary['max'])})"
+    return f"{fmt.format(stats['median'])} ({fmt.format(stats['min'])}-{fmt.format(stats['max'])})"
 
 
 def markdown(result: Dict[str, Any]) -> str:
@@ -593,15 +606,15 @@ def markdown(result: Dict[str, Any]) -> str:
         "|---|---:|---:|",
     ]
     for label, get, fmt in figures:
-        cells = [_cell(_per_impl(rounds, i, get), fmt) for i in IMPLEMENTATIONS]
+        cells = [cell(_per_impl(rounds, i, get), fmt) for i in IMPLEMENTATIONS]
         lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
     ratios = result["ratios"]
     lines += [
         "",
-        f"Per-pair ratios: wall time upstream / ours **{_cell(ratios['wall_upstream_over_ours'], '{:.2f}')}**; "
-        f"loop rate ours / upstream {_cell(ratios['loop_ours_over_upstream'], '{:.2f}')}; "
-        f"`evaluate()` upstream / ours {_cell(ratios['evaluate_upstream_over_ours'], '{:.2f}')}; "
-        f"`predict()` upstream / ours {_cell(ratios['predict_upstream_over_ours'], '{:.2f}')}.",
+        f"Per-pair ratios: wall time upstream / ours **{cell(ratios['wall_upstream_over_ours'], '{:.2f}')}**; "
+        f"loop rate ours / upstream {cell(ratios['loop_ours_over_upstream'], '{:.2f}')}; "
+        f"`evaluate()` upstream / ours {cell(ratios['evaluate_upstream_over_ours'], '{:.2f}')}; "
+        f"`predict()` upstream / ours {cell(ratios['predict_upstream_over_ours'], '{:.2f}')}.",
     ]
     bounds = result.get("bounds")
     if bounds:

@@ -17,6 +17,7 @@ from tensorflow.python.saved_model import model_utils
 from tensorflow.python.training import evaluation, training_util
 
 from tpu_estimator.estimator_core import (
+    checkpoint_saver,
     estimator_config,
     eval_metrics,
     eval_summaries,
@@ -253,7 +254,7 @@ class Estimator(object):
         saver_hooks = [h for h in all_hooks if isinstance(h, tf.compat.v1.train.CheckpointSaverHook)]
         if (self._config.save_checkpoints_secs or self._config.save_checkpoints_steps) and not saver_hooks:
             chief_hooks = [
-                tf.compat.v1.train.CheckpointSaverHook(
+                checkpoint_saver.CheckpointSaverHook(
                     self._model_dir,
                     save_secs=self._config.save_checkpoints_secs,
                     save_steps=self._config.save_checkpoints_steps,

@@ -1,0 +1,81 @@
+"""The Estimator's checkpoint saver, with the graph written at session start without Python's text printer.
+
+`tf.compat.v1.train.CheckpointSaverHook` writes `graph.pbtxt` at every session start through
+`google.protobuf.text_format`, a pure-Python printer: about 0.25 s for a 3 MB recommender graph and 1 s for a
+BERT-base graph, on the path from `train()` to the first step, on every `train()` call. `CheckpointSaverHook` here
+does what upstream's does at session start (`graph.pbtxt`, the graph and meta graph in the event file, the initial
+checkpoint) with the text printed by the protobuf runtime's own encoder (`str()` of the message, in C with the
+default upb runtime) and one `GraphDef` for both the file and the meta graph. The file holds the same graph: a text
+parser reads back a `GraphDef` equal to the graph's (map entries and float spellings may be printed in another
+order or form). Everything else (cadence, listeners, saves) is upstream's hook, which this class extends.
+"""
+
+import os
+import uuid
+
+import tensorflow as tf
+from google.protobuf import text_format
+from google.protobuf.internal import api_implementation
+from tensorflow.python.framework import meta_graph
+
+_NATIVE_TEXT = api_implementation.Type() in ("upb", "cpp")  # `str(message)` is then printed natively.
+
+
+def graph_text(graph_def: tf.compat.v1.GraphDef) -> str:
+    """The text format of `graph_def`, printed natively where the protobuf runtime can.
+
+    Args:
+      graph_def: the graph.
+
+    Returns:
+      Text that `google.protobuf.text_format.Parse` reads back as `graph_def`.
+    """
+    if _NATIVE_TEXT:
+        return str(graph_def)
+    return text_format.MessageToString(graph_def)  # As `tf.io.write_graph` prints it (its float format varies).
+
+
+def write_graph_text(graph_def: tf.compat.v1.GraphDef, directory: str, name: str) -> str:
+    """Writes `graph_def` as text to `directory/name` atomically (as `tf.io.write_graph(..., as_text=True)`).
+
+    Returns:
+      The file's path.
+    """
+    if not directory.startswith("gs:"):
+        tf.io.gfile.makedirs(directory)
+    path = os.path.join(directory, name)
+    temporary = f"{path}.tmp{uuid.uuid4().hex}"
+    with tf.io.gfile.GFile(temporary, "w") as f:
+        f.write(graph_text(graph_def))
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+    return path
+
+
+class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
+    """`tf.compat.v1.train.CheckpointSaverHook` whose session start writes `graph.pbtxt` natively.
+
+    Takes upstream's arguments (`checkpoint_dir`, `save_secs`, `save_steps`, `saver`, `checkpoint_basename`,
+    `scaffold`, `listeners`, `save_graph_def`) with their meaning.
+    """
+
+    def __init__(self, checkpoint_dir: str, *args, save_graph_def: bool = True, **kwargs):
+        super().__init__(checkpoint_dir, *args, save_graph_def=save_graph_def, **kwargs)
+        self._graph_directory = checkpoint_dir
+        self._writes_graph_def = save_graph_def
+
+    def after_create_session(self, session: tf.compat.v1.Session, coord) -> None:
+        """Writes the graph (`graph.pbtxt`, event file) and the checkpoint of the current global step."""
+        del coord
+        global_step = session.run(self._global_step_tensor)
+        graph = tf.compat.v1.get_default_graph()
+        graph_def = graph.as_graph_def(add_shapes=True)
+        if self._writes_graph_def:
+            write_graph_text(graph_def, self._graph_directory, "graph.pbtxt")
+        saver = self._get_saver()
+        meta_graph_def = meta_graph.create_meta_graph_def(
+            graph_def=graph_def, saver_def=saver.saver_def if saver else None
+        )
+        self._summary_writer.add_graph(graph)
+        self._summary_writer.add_meta_graph(meta_graph_def)
+        self._save(session, global_step)  # The state at step `global_step`.
+        self._timer.update_last_triggered_step(global_step)
