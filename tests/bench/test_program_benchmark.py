@@ -48,8 +48,13 @@ def test_ratios_are_taken_within_each_round(monkeypatch):
 
     def fake_run_child(p, kind, implementation, interpreter, tfrecord_path, timeout=3600):
         calls.append((kind, implementation))
+        if kind == "compute":
+            rates = {"evaluate_examples_per_sec": 300.0, "predict_examples_per_sec": 200.0}
+            if implementation == "upstream":
+                rates = {"evaluate_examples_per_sec": 100.0, "predict_examples_per_sec": 400.0}
+            return {"examples_per_sec": 50.0, "cores_busy": 1.0, **rates}
         if kind != "program":
-            return {"examples_per_sec": 100.0 if kind == "input" else 50.0, "cores_busy": 1.0}
+            return {"examples_per_sec": 100.0, "cores_busy": 1.0}
         wall = next(walls)
         return _fake_result(wall, 1000.0 / wall, wall / 10, wall / 20)
 
@@ -67,6 +72,8 @@ def test_ratios_are_taken_within_each_round(monkeypatch):
     assert "| wall time, whole process (s) | 10.0 (5.0-30.0) | 20.0 (15.0-30.0) |" in report
     # Ours' loop median (1000/10 = 100) against min(input 100, compute 50).
     assert "reaches 200% of min(input, compute) = 50" in report
+    assert "`evaluate()` from the pool (examples/s, first run to last): ours 300, upstream 100: 3.00x." in report
+    assert "`predict()` from the pool (examples/s, first run to last): ours 200, upstream 400: 0.50x." in report
 
 
 @pytest.mark.upstream
@@ -85,3 +92,6 @@ def test_tiny_program_runs_as_processes_and_reports_every_phase():
         assert run["second_train"]["runs"] == (2 if implementation == "ours" else 10)
     for bound in ("input", "compute_ours", "compute_upstream"):
         assert result["bounds"][bound]["examples_per_sec"] > 0, result["bounds"][bound]
+    for bound in ("compute_ours", "compute_upstream"):
+        assert result["bounds"][bound]["evaluate_examples_per_sec"] > 0
+        assert result["bounds"][bound]["predict_examples_per_sec"] > 0

@@ -105,6 +105,26 @@ def test_session_start_writes_the_graph_events_and_the_initial_checkpoint(tmp_pa
     assert "variables" in meta.collection_def  # The graph's collections, as upstream's session start writes them.
 
 
+def test_plugin_assets_are_written_beside_the_graph(tmp_path):
+    from tensorflow.python.summary import plugin_asset
+
+    class Asset(plugin_asset.PluginAsset):
+        plugin_name = "test_plugin"
+
+        def assets(self):
+            return {"a.txt": "content"}
+
+    with tf.Graph().as_default():  # The cached writer of the directory exists already (a second train() call).
+        tf.compat.v1.summary.FileWriterCache.get(str(tmp_path))
+    graph = _graph_with_awkward_values()
+    with graph.as_default():
+        plugin_asset.get_plugin_asset(Asset)
+        hook = checkpoint_saver.CheckpointSaverHook(str(tmp_path), save_steps=100)
+    _run_session_start(graph, hook)
+    with open(tmp_path / "plugins" / "test_plugin" / "a.txt") as f:
+        assert f.read() == "content"
+
+
 def test_save_graph_def_false_writes_no_graph_file(tmp_path):
     graph = _graph_with_awkward_values()
     with graph.as_default():

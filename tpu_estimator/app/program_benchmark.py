@@ -265,10 +265,12 @@ def _input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
 
 
 class _RunTimes(object):
-    """A session hook factory recording when the session was created and when each `Session.run` ended."""
+    """A session hook factory recording when the session was created and when each `Session.run` began and
+    ended."""
 
     def __init__(self):
         self.created: Optional[float] = None
+        self.before: List[float] = []
         self.runs: List[float] = []
         self.cpu: List[float] = []
 
@@ -280,6 +282,9 @@ class _RunTimes(object):
         class RunTimesHook(tf.compat.v1.train.SessionRunHook):
             def after_create_session(self, session, coord):
                 times.created = time.perf_counter()
+
+            def before_run(self, run_context):
+                times.before.append(time.perf_counter())
 
             def after_run(self, run_context, run_values):
                 times.runs.append(time.perf_counter())
@@ -369,7 +374,13 @@ def run_input_only(p: Program, tfrecord_path: Optional[str], batches: int = 300)
 
 
 def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_path: Optional[str]) -> Dict[str, Any]:
-    """The same training fed from `compute_pool_batches` batches cached in memory: the loop rate without input."""
+    """The same program fed from `compute_pool_batches` batches cached in memory: the rates without input.
+
+    Training as the program trains (setup, then the second `train()` measured); then `evaluate(steps=eval_steps)`
+    and `predict()` of `predict_batches` batches from the pool, each rate taken from its first `Session.run` to its
+    last (ours runs an evaluation in one run; upstream runs one per step) and, for `predict()`, from the first
+    prediction to the last.
+    """
     input_fn = _input_fn(p, tfrecord_path)
 
     def pooled_input_fn(params):
@@ -378,7 +389,20 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
     estimator = _estimator(p, implementation, model_dir)
     _train_phase(estimator, pooled_input_fn, p.first_steps, 0, p.batch_size)  # as the program: setup, then measure
     second = _train_phase(estimator, pooled_input_fn, p.total_steps, p.first_steps, p.batch_size)
-    return {"examples_per_sec": second.get("loop_examples_per_sec"), "cores_busy": second.get("loop_cores_busy")}
+    out = {"examples_per_sec": second.get("loop_examples_per_sec"), "cores_busy": second.get("loop_cores_busy")}
+    if p.eval_steps:
+        times = _RunTimes()
+        estimator.evaluate(pooled_input_fn, steps=p.eval_steps, hooks=[times.hook()])
+        out["evaluate_examples_per_sec"] = p.eval_steps * p.batch_size / (times.runs[-1] - times.before[0])
+    if p.predict_batches > 1:
+
+        def predict_input_fn(params):
+            return pooled_input_fn(params).take(p.predict_batches).map(lambda features, labels: features)
+
+        stamps = [time.perf_counter() for _ in estimator.predict(predict_input_fn, yield_single_examples=False)]
+        # From the first batch's predictions to the last: the batches after the first.
+        out["predict_examples_per_sec"] = (len(stamps) - 1) * p.batch_size / (stamps[-1] - stamps[0])
+    return out
 
 
 def _child_main(request_json: str) -> None:
@@ -627,6 +651,13 @@ def markdown(result: Dict[str, Any]) -> str:
                 )
             )
         )
+        for key, what in (("evaluate_examples_per_sec", "`evaluate()`"), ("predict_examples_per_sec", "`predict()`")):
+            ours, upstream = (bounds.get(f"compute_{i}", {}).get(key) for i in IMPLEMENTATIONS)
+            if ours and upstream:
+                lines.append(
+                    f"{what} from the pool (examples/s, first run to last): ours {ours:,.0f}, upstream "
+                    f"{upstream:,.0f}: {ours / upstream:.2f}x."
+                )
         ours_loop = _per_impl(rounds, "ours", lambda r: r["loop_examples_per_sec"])
         if ours_loop and rates.get("input") and rates.get("compute_ours"):
             bound = min(rates["input"], rates["compute_ours"])

@@ -5,12 +5,15 @@
 BERT-base graph, on the path from `train()` to the first step, on every `train()` call. `CheckpointSaverHook` here
 does what upstream's does at session start (`graph.pbtxt`, the graph and meta graph in the event file, the initial
 checkpoint) with the text printed by the protobuf runtime's own encoder (`str()` of the message, in C with the
-default upb runtime) and one `GraphDef` for both the file and the meta graph. The file holds the same graph: a text
-parser reads back a `GraphDef` equal to the graph's (map entries and float spellings may be printed in another
-order or form). Everything else (cadence, listeners, saves) is upstream's hook, which this class extends.
+default upb runtime) and one `GraphDef` for the file, the graph event and the meta graph (upstream's serializes the
+graph three times). The file holds the same graph: a text parser reads back a `GraphDef` equal to the graph's
+(map entries and float spellings may be printed in another order or form). Everything else (cadence, listeners,
+saves) is upstream's hook, which this class extends. A graph with TensorBoard plugin assets is written to the event
+file by `FileWriter.add_graph`, which writes the assets too.
 """
 
 import os
+import time
 import uuid
 
 import tensorflow as tf
@@ -18,6 +21,9 @@ from google.protobuf import text_format
 from google.protobuf.internal import api_implementation
 from tensorflow.python.framework import meta_graph
 
+# The collection listing a graph's TensorBoard plugin assets (`tensorflow/python/summary/plugin_asset.py`), which
+# `FileWriter.add_graph` writes beside the graph.
+_PLUGIN_ASSETS_COLLECTION = "__tensorboard_plugin_asset__"
 _NATIVE_TEXT = api_implementation.Type() in ("upb", "cpp")  # `str(message)` is then printed natively.
 
 
@@ -75,7 +81,12 @@ class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
         meta_graph_def = meta_graph.create_meta_graph_def(
             graph_def=graph_def, saver_def=saver.saver_def if saver else None
         )
-        self._summary_writer.add_graph(graph)
+        if graph.get_collection(_PLUGIN_ASSETS_COLLECTION):
+            self._summary_writer.add_graph(graph)  # Also writes the plugin assets.
+        else:  # The event `add_graph(graph)` writes, without serializing the graph once more.
+            self._summary_writer.add_event(
+                tf.compat.v1.Event(graph_def=graph_def.SerializeToString(), wall_time=time.time())
+            )
         self._summary_writer.add_meta_graph(meta_graph_def)
         self._save(session, global_step)  # The state at step `global_step`.
         self._timer.update_last_triggered_step(global_step)
