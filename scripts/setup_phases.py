@@ -7,7 +7,6 @@ python scripts/setup_phases.py --program=P_dlrm_zipf --implementation=ours --sha
 python scripts/setup_phases.py --program=P_dlrm_zipf --implementation=upstream
 """
 
-import functools
 import os
 import shutil
 import tempfile
@@ -24,37 +23,28 @@ flags.DEFINE_integer("calls", 2, "train() calls, each one step longer than the l
 FLAGS = flags.FLAGS
 
 
-def _timed(owner, name: str, label: str, times: dict) -> None:
-    function = getattr(owner, name)
-
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            times[label] = times.get(label, 0.0) + time.perf_counter() - start
-
-    setattr(owner, name, wrapper)
-
-
 def main(argv):
     del argv
     import tensorflow as tf
     from tensorflow.python.training import session_manager
 
     from tpu_estimator import embedding_infeed, sharded_step, train_loop
-    from tpu_estimator.app import program_benchmark
+    from tpu_estimator.app import program_benchmark, setup_benchmark
 
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     times: dict = {}
+    timed = []
     if FLAGS.implementation == "ours":
-        _timed(sharded_step, "build_input_pipeline", "input_fn and input pipeline", times)
-        _timed(embedding_infeed.EmbeddingInfeed, "__init__", "embedding infeed graph", times)
-        _timed(train_loop.TrainLoop, "_build_loop", "training loop graph (model_fn replicas, updates)", times)
-        _timed(train_loop.TrainLoop, "build", "TrainLoop.build (all of the above)", times)
-    _timed(tf.compat.v1.train.Scaffold, "finalize", "Scaffold.finalize (savers, init ops)", times)
-    _timed(session_manager.SessionManager, "prepare_session", "session: create, initialise or restore", times)
+        timed += [
+            (sharded_step, "build_input_pipeline", "input_fn and input pipeline"),
+            (embedding_infeed.EmbeddingInfeed, "__init__", "embedding infeed graph"),
+            (train_loop.TrainLoop, "_build_loop", "training loop graph (model_fn replicas, updates)"),
+            (train_loop.TrainLoop, "build", "TrainLoop.build (all of the above)"),
+        ]
+    timed += [
+        (tf.compat.v1.train.Scaffold, "finalize", "Scaffold.finalize (savers, init ops)"),
+        (session_manager.SessionManager, "prepare_session", "session: create, initialise or restore"),
+    ]
     program = program_benchmark.load_program(FLAGS.program)
     if FLAGS.shards:
         program.shards = FLAGS.shards
@@ -63,14 +53,15 @@ def main(argv):
     estimator = program_benchmark._estimator(program, FLAGS.implementation, os.path.join(model_dir, "model"))
     input_fn = program_benchmark._input_fn(program, tfrecord_path)
     label = f"{FLAGS.implementation}, {program.shards if FLAGS.implementation == 'ours' else 1} shard(s)"
-    for call in range(FLAGS.calls):
-        times.clear()
-        start = time.perf_counter()
-        estimator.train(input_fn, max_steps=call + 1)
-        total = time.perf_counter() - start
-        print(f"{label}, train() call {call + 1} (one step): {total:.2f} s")
-        for phase, seconds in times.items():
-            print(f"  {phase}: {seconds:.2f} s")
+    with setup_benchmark.timed_calls(times, timed):
+        for call in range(FLAGS.calls):
+            times.clear()
+            start = time.perf_counter()
+            estimator.train(input_fn, max_steps=call + 1)
+            total = time.perf_counter() - start
+            print(f"{label}, train() call {call + 1} (one step): {total:.2f} s")
+            for phase, seconds in times.items():
+                print(f"  {phase}: {seconds:.2f} s")
     shutil.rmtree(model_dir, ignore_errors=True)
 
 

@@ -84,3 +84,18 @@ def test_tiny_setup_program_runs_as_processes_and_matches_upstream():
     upstream = runs["upstream, CPU path"]["weights_abs_sum"]
     np.testing.assert_allclose(runs["ours, 1 shard"]["weights_abs_sum"], upstream, rtol=1e-5)
     np.testing.assert_allclose(runs["ours, 2 shards"]["weights_abs_sum"], upstream, rtol=1e-5)
+
+
+def test_timed_calls_adds_each_calls_seconds_and_puts_the_originals_back(monkeypatch):
+    class Owner:
+        def work(self, x):
+            return x + 1
+
+    clock = iter([10.0, 10.5, 20.0, 20.25])
+    monkeypatch.setattr(sb.time, "perf_counter", lambda: next(clock))
+    original = Owner.work
+    seconds = {"work": 1.0}
+    with sb.timed_calls(seconds, [(Owner, "work", "work")]):
+        assert Owner().work(1) == 2 and Owner().work(2) == 3
+    assert seconds == {"work": 1.75}
+    assert Owner.work is original

@@ -109,18 +109,27 @@ def load_program(name_or_path: str, program_dir: str = PROGRAM_DIR) -> Program:
     Raises:
       ValueError: no such file, unknown keys, or invalid values.
     """
+    return load_yaml_program(Program, "P_", "program", name_or_path, program_dir)
+
+
+def load_yaml_program(cls: Any, prefix: str, kind: str, name_or_path: str, program_dir: str) -> Any:
+    """`cls(**fields)` from a YAML path, or from `program_dir/<name>.yaml` where known names start with `prefix`.
+
+    Raises:
+      ValueError: no such file (naming the known ones), unknown keys, or what `cls` refuses.
+    """
     path = name_or_path
     if not os.path.exists(path):
         path = os.path.join(program_dir, name_or_path if name_or_path.endswith(".yaml") else name_or_path + ".yaml")
     if not os.path.exists(path):
-        known = sorted(p[:-5] for p in os.listdir(program_dir) if p.startswith("P_") and p.endswith(".yaml"))
-        raise ValueError(f"No program {name_or_path!r}: give a YAML path or one of {known}")
+        known = sorted(p[:-5] for p in os.listdir(program_dir) if p.startswith(prefix) and p.endswith(".yaml"))
+        raise ValueError(f"No {kind} {name_or_path!r}: give a YAML path or one of {known}")
     with open(path) as f:
         data = yaml.safe_load(f) or {}
-    unknown = set(data) - {f.name for f in dataclasses.fields(Program)}
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
-    return Program(**data)
+    return cls(**data)
 
 
 # ----------------------------------------------------------------------------------------------------------

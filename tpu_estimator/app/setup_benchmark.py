@@ -22,12 +22,9 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
-
-import yaml
 
 from tpu_estimator.app import program_benchmark
 
@@ -83,18 +80,7 @@ def load_setup_program(name_or_path: str, program_dir: str = PROGRAM_DIR) -> Set
     Raises:
       ValueError: no such file, unknown keys, or invalid values.
     """
-    path = name_or_path
-    if not os.path.exists(path):
-        path = os.path.join(program_dir, name_or_path if name_or_path.endswith(".yaml") else name_or_path + ".yaml")
-    if not os.path.exists(path):
-        known = sorted(p[:-5] for p in os.listdir(program_dir) if p.startswith("S_") and p.endswith(".yaml"))
-        raise ValueError(f"No setup program {name_or_path!r}: give a YAML path or one of {known}")
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
-    unknown = set(data) - {f.name for f in dataclasses.fields(SetupProgram)}
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
-    return SetupProgram(**data)
+    return program_benchmark.load_yaml_program(SetupProgram, "S_", "setup program", name_or_path, program_dir)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -233,6 +219,19 @@ def _timed_phases(phases: Dict[str, float], implementation: str):
         from tpu_estimator.estimator_core import checkpoint_saver
 
         timed.append((checkpoint_saver.CheckpointSaverHook, "after_create_session", timed[2][2]))
+    with timed_calls(phases, timed):
+        yield
+
+
+@contextlib.contextmanager
+def timed_calls(seconds: Dict[str, float], timed: List[Tuple[Any, str, str]]):
+    """Within the block, adds the wall time of every call of `owner.name` to `seconds[label]`.
+
+    Args:
+      seconds: label -> seconds, added to.
+      timed: `(owner, attribute name, label)` per function (a class's method or a module's function); several may
+        share a label. The originals are put back when the block ends.
+    """
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in timed]
     for (owner, name, label), (_, _, function) in zip(timed, originals):
 
@@ -241,13 +240,13 @@ def _timed_phases(phases: Dict[str, float], implementation: str):
             try:
                 return _function(*args, **kwargs)
             finally:
-                phases[_label] = phases.get(_label, 0.0) + time.perf_counter() - start
+                seconds[_label] = seconds.get(_label, 0.0) + time.perf_counter() - start
 
         setattr(owner, name, wrapper)
     try:
         yield
     finally:
-        for owner, name, function in originals:
+        for owner, name, function in reversed(originals):
             setattr(owner, name, function)
 
 
