@@ -61,13 +61,9 @@ class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
     """`tf.compat.v1.train.CheckpointSaverHook` whose session start writes `graph.pbtxt` natively.
 
     Takes upstream's arguments (`checkpoint_dir`, `save_secs`, `save_steps`, `saver`, `checkpoint_basename`,
-    `scaffold`, `listeners`, `save_graph_def`) with their meaning.
+    `scaffold`, `listeners`, `save_graph_def`) with their meaning; the session start reads the same attributes
+    upstream's does.
     """
-
-    def __init__(self, checkpoint_dir: str, *args, save_graph_def: bool = True, **kwargs):
-        super().__init__(checkpoint_dir, *args, save_graph_def=save_graph_def, **kwargs)
-        self._graph_directory = checkpoint_dir
-        self._writes_graph_def = save_graph_def
 
     def after_create_session(self, session: tf.compat.v1.Session, coord) -> None:
         """Writes the graph (`graph.pbtxt`, event file) and the checkpoint of the current global step."""
@@ -75,8 +71,8 @@ class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
         global_step = session.run(self._global_step_tensor)
         graph = tf.compat.v1.get_default_graph()
         graph_def = graph.as_graph_def(add_shapes=True)
-        if self._writes_graph_def:
-            write_graph_text(graph_def, self._graph_directory, "graph.pbtxt")
+        if self._save_graph_def:
+            write_graph_text(graph_def, self._checkpoint_dir, "graph.pbtxt")
         saver = self._get_saver()
         meta_graph_def = meta_graph.create_meta_graph_def(
             graph_def=graph_def, saver_def=saver.saver_def if saver else None
