@@ -216,7 +216,12 @@ class EmbeddingEngine(tf.Module):
 
     # ------------------------------------------------------------------------------------------------- step
     def preprocess(
-        self, features: Any, weights: Any = None, validate: bool = True, python_ops: bool = True
+        self,
+        features: Any,
+        weights: Any = None,
+        validate: bool = True,
+        python_ops: bool = True,
+        deduplicate: bool = True,
     ) -> "collections.OrderedDict[str, preprocessing.TableBatch]":
         """Deduplicated per-table batches of one step (see `preprocessing.preprocess_features`).
 
@@ -225,12 +230,14 @@ class EmbeddingEngine(tf.Module):
           weights: None or a matching nest of weights (None entries allowed).
           validate: Attach run-time checks (ids in range, weights >= 0) naming the feature.
           python_ops: Allow a NumPy host call for large batches; False: TensorFlow ops only (remote hosts).
+          deduplicate: False for batches only looked up (evaluation, prediction): the same activations without
+            the dedup ops; such batches cannot be passed to `apply_gradients`.
 
         Returns:
           `{table_name: TableBatch}`.
         """
         return preprocessing.preprocess_features(
-            features, self._feature_config, weights, validate=validate, python_ops=python_ops
+            features, self._feature_config, weights, validate=validate, python_ops=python_ops, deduplicate=deduplicate
         )
 
     def activations(self, batches: Mapping[str, Any]) -> Any:
@@ -246,7 +253,7 @@ class EmbeddingEngine(tf.Module):
         with graph_constants.sharing():
             for name, table in self._tables.items():
                 batch = self._batch(batches, name)
-                rows = table.lookup(batch.unique_ids, sorted_ids=True)  # TableBatch ids are ascending.
+                rows = table.lookup(batch.unique_ids, sorted_ids=batch.deduplicated)  # Deduplicated: ascending.
                 acts.update(combiners.combine_table(rows, batch, self._table_configs[name].quantization_config))
         return tf.nest.pack_sequence_as(self._feature_config, [acts[k] for k in self._feature_keys])
 
@@ -309,7 +316,8 @@ class EmbeddingEngine(tf.Module):
           The update op in graph mode; None eagerly (the update has run).
 
         Raises:
-          ValueError: a table has no optimizer (naming it), or gradient structure/shape mismatch.
+          ValueError: a table has no optimizer (naming it), gradient structure/shape mismatch, or a batch
+            preprocessed with `deduplicate=False`.
         """
         with tf.name_scope("embedding_apply_gradients"), graph_constants.sharing():
             multiplier = None if gradient_multiplier is None else tf.cast(gradient_multiplier, tf.float32)
@@ -343,7 +351,8 @@ class EmbeddingEngine(tf.Module):
           The update op in graph mode; None eagerly (the update has run).
 
         Raises:
-          ValueError: a table has no optimizer (naming it), or gradient structure/shape mismatch.
+          ValueError: a table has no optimizer (naming it), gradient structure/shape mismatch, or a batch
+            preprocessed with `deduplicate=False`.
         """
         self._require_optimizers()
         with tf.name_scope("embedding_apply_gradients"), graph_constants.sharing():
@@ -365,6 +374,12 @@ class EmbeddingEngine(tf.Module):
     ) -> Tuple[List[tf.Tensor], "collections.OrderedDict[str, tf.Tensor]"]:
         """`(finiteness checks, {table: gradient of its unique ids, times the multiplier})` of one preprocessed
         batch: the work `apply_gradients` and each part of `apply_gradients_of_parts` do before the update."""
+        for name in self._tables:
+            if not getattr(self._batch(batches, name), "deduplicated", True):
+                raise ValueError(
+                    f"The batch of table '{name}' was preprocessed with deduplicate=False (for lookups only): an "
+                    "update needs each id once. Preprocess the step with deduplicate=True to apply gradients."
+                )
         checks = self._check_activation_gradients(batches, activation_grads, multiplier) if check_numerics else []
         grads = self.table_gradients(batches, activation_grads)
         if multiplier is not None:

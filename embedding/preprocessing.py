@@ -147,15 +147,19 @@ class TableBatch:
 
     Attributes:
       table_name: the table's name (`TableConfig.name`, or `table_{i}` by first appearance when unnamed).
-      unique_ids: int64 `[U]`, sorted ascending, deduplicated over all features sharing the table.
+      unique_ids: int64 `[U]`: when `deduplicated`, sorted ascending and deduplicated over all features sharing
+        the table; otherwise every id of the step in feature order (`U` = the number of ids, duplicates kept).
       features: `{feature_key: FeatureSegments}` for every feature of this table, keyed as `feature_paths`.
       table: the table config object (for convenience; not needed to combine).
+      deduplicated: whether `unique_ids` are unique and ascending, as an optimizer update needs them; a batch
+        preprocessed for lookups only (`deduplicate=False`) can be combined but not applied.
     """
 
     table_name: str
     unique_ids: tf.Tensor
     features: Dict[str, FeatureSegments]
     table: Any = None
+    deduplicated: bool = True
 
     @property
     def num_unique(self) -> tf.Tensor:
@@ -164,12 +168,13 @@ class TableBatch:
 
     def __tf_flatten__(self):
         keys = tuple(self.features)
-        return (self.table_name, keys, self.table), (self.unique_ids,) + tuple(self.features[k] for k in keys)
+        metadata = (self.table_name, keys, self.table, self.deduplicated)
+        return metadata, (self.unique_ids,) + tuple(self.features[k] for k in keys)
 
     @classmethod
     def __tf_unflatten__(cls, metadata, components):
-        table_name, keys, table = metadata
-        return cls(table_name, components[0], dict(zip(keys, components[1:])), table)
+        table_name, keys, table, deduplicated = metadata
+        return cls(table_name, components[0], dict(zip(keys, components[1:])), table, deduplicated)
 
 
 class PartitionedCsrFormatTensor(NamedTuple):
@@ -717,6 +722,14 @@ def _sorted_unique(
     return out
 
 
+def _every_id(ids: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """`(ids, the position of each)`: the pair `_sorted_unique` gives, without deduplicating (lookups only)."""
+    ids = tf.cast(ids, tf.int64)
+    n = _static_size_bound(ids)
+    size = n if n is not None else tf.size(ids, out_type=tf.int32)
+    return ids, tf.range(size, dtype=tf.int32)
+
+
 def _ids_bound(entries: List[Tuple[str, _Coo]]) -> Optional[int]:
     """A static upper bound of the number of ids of a table's entries, or None."""
     total = 0
@@ -732,7 +745,12 @@ def _all_ids(entries: List[Tuple[str, _Coo]]) -> tf.Tensor:
 
 
 def _table_batch(
-    table_name: str, table: Any, entries: List[Tuple[str, _Coo]], unique_ids: tf.Tensor, index: tf.Tensor
+    table_name: str,
+    table: Any,
+    entries: List[Tuple[str, _Coo]],
+    unique_ids: tf.Tensor,
+    index: tf.Tensor,
+    deduplicated: bool,
 ) -> TableBatch:
     combiner = getattr(table, "combiner", "mean") or "mean"
     if len(entries) > 1:
@@ -756,7 +774,9 @@ def _table_batch(
             matrix_shape=tf.stack([_as_int64(coo.num_segments), num_unique]),
             weighted=coo.weights is not None,
         )
-    return TableBatch(table_name=table_name, unique_ids=unique_ids, features=dict(features), table=table)
+    return TableBatch(
+        table_name=table_name, unique_ids=unique_ids, features=dict(features), table=table, deduplicated=deduplicated
+    )
 
 
 @_do_not_convert
@@ -767,6 +787,7 @@ def preprocess_features(
     validate: bool = True,
     name: Optional[str] = None,
     python_ops: bool = True,
+    deduplicate: bool = True,
 ) -> "collections.OrderedDict[str, TableBatch]":
     """Turns one batch of id features into deduplicated per-table batches.
 
@@ -783,6 +804,10 @@ def preprocess_features(
       name: optional name scope.
       python_ops: allow one `tf.numpy_function` (the dedup sort of tables with many ids); False builds TensorFlow
         ops only, for graphs whose host ops run in another process (a remote worker of a cluster).
+      deduplicate: True (the default): each table's ids unique and ascending, as an update needs them. False, for
+        lookups only (evaluation, prediction): every id kept in feature order, no sort; the activations are the
+        same to the bit (each output row adds the same gain-weighted rows in the same order), without the
+        per-table dedup ops, and the batches cannot be applied (`TableBatch.deduplicated` is False).
 
     Returns:
       `{table_name: TableBatch}` in table order (see `table_names`), covering every table of the config.
@@ -825,15 +850,18 @@ def preprocess_features(
         range_check = [c for c in range_check if c is not None]  # None eagerly: it passed.
         for table_name, key, coo, checks, checked in converted:
             per_table[table_name].append((key, _checked(coo, checks + (range_check if checked else []))))
-        deduplicated = _sorted_unique(
-            [_all_ids(entries) for entries in per_table.values()],
-            [_ids_bound(entries) for entries in per_table.values()],
-            python_ops=python_ops,
-        )
+        if deduplicate:
+            table_ids = _sorted_unique(
+                [_all_ids(entries) for entries in per_table.values()],
+                [_ids_bound(entries) for entries in per_table.values()],
+                python_ops=python_ops,
+            )
+        else:
+            table_ids = [_every_id(_all_ids(entries)) for entries in per_table.values()]
         out = collections.OrderedDict()
-        for (table_name, entries), (unique_ids, index) in zip(per_table.items(), deduplicated):
+        for (table_name, entries), (unique_ids, index) in zip(per_table.items(), table_ids):
             with tf.name_scope(config_lib.scope_name(table_name)):
-                out[table_name] = _table_batch(table_name, tables[table_name], entries, unique_ids, index)
+                out[table_name] = _table_batch(table_name, tables[table_name], entries, unique_ids, index, deduplicate)
     return out
 
 

@@ -254,8 +254,11 @@ class EmbeddingBridge(object):
                     all_lengths.set_shape([global_batch])
                     lengths[feature.key] = tf.split(all_lengths, num_replicas) if num_replicas > 1 else [all_lengths]
         # The engine's own scope ("embedding_preprocess") beside ours, not in it: shorter names of many ops.
+        # EVAL and PREDICT only look up: no dedup (it costs more than the rows it saves, and orders nothing).
         with tf.device(host_device):
-            batches = self.engine.preprocess(global_ids, global_weights, python_ops=self._python_ops)
+            batches = self.engine.preprocess(
+                global_ids, global_weights, python_ops=self._python_ops, deduplicate=self._training
+            )
         for replica, (features, labels) in enumerate(per_replica):
             features = {k: v for k, v in features.items() if k not in self._resolved.raw_keys}
             for key, pieces in lengths.items():

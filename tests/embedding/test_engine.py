@@ -202,6 +202,47 @@ def test_activations_structure_and_values():
     np.testing.assert_allclose(acts["cat"].numpy(), initial("B")[[1, 6, 1]], rtol=1e-6)
 
 
+@pytest.mark.parametrize("num_shards,strategy", [(1, "div"), (2, "div"), (3, "mod")])
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+def test_lookup_only_batches_give_the_activations_of_deduplicated_ones_to_the_bit(combiner, num_shards, strategy):
+    engine = EmbeddingEngine(
+        feature_config(combiner_a=combiner),
+        optimizers.SGD(0.1),
+        num_shards=num_shards,
+        devices=CPUS,
+        partition_strategy=strategy,
+    )
+    for step in BATCHES:
+        features, weights = _tf_inputs(step)
+        deduplicated = engine.preprocess(features, weights)
+        every_id = engine.preprocess(features, weights, deduplicate=False)
+        # Every id of the step is kept, in the table's feature order, with its own position.
+        ids_of = {"user": [i for row in step["user"][0] for i in row], "item": [i for row in step["item"] for i in row]}
+        ids_a = [i for key in engine.features_by_table["A"] for i in ids_of[key]]
+        np.testing.assert_array_equal(every_id["A"].unique_ids.numpy(), ids_a)
+        assert not every_id["A"].deduplicated and deduplicated["A"].deduplicated
+        got, expected = engine.activations(every_id), engine.activations(deduplicated)
+        reference = tables_oracle.activations(
+            {t: initial(t) for t in VOCAB},
+            {f: _samples(step, f) for f in TABLE_OF},
+            TABLE_OF,
+            {"A": combiner, "B": "sum"},
+        )
+        for feature in TABLE_OF:
+            np.testing.assert_array_equal(got[feature].numpy(), expected[feature].numpy())
+            np.testing.assert_allclose(got[feature].numpy(), reference[feature], rtol=1e-6, atol=1e-7)
+
+
+def test_lookup_only_batches_cannot_be_applied_and_leave_the_tables_unchanged():
+    engine = EmbeddingEngine(feature_config(), optimizers.Adagrad(0.1), num_shards=2, devices=CPUS)
+    before = engine_state(engine)
+    features, weights = _tf_inputs(BATCHES[0])
+    batches = engine.preprocess(features, weights, deduplicate=False)
+    with pytest.raises(ValueError, match=r"table '[AB]' was preprocessed with deduplicate=False"):
+        engine.apply_gradients(batches, engine.activations(batches))
+    assert_state_close(engine_state(engine), before, tol=0)
+
+
 def test_none_gradients_multiplier_and_learning_rate_override():
     engine = EmbeddingEngine(feature_config(combiner_a="sum"), optimizers.SGD(0.1), num_shards=2, devices=CPUS)
     train_eager(engine, zero_features=("item",), gradient_multiplier=0.5, learning_rate_override=0.3)

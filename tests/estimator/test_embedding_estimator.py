@@ -218,22 +218,38 @@ def test_learning_rate_fn_sees_the_step_before_the_update(tmp_path):
     assert np.abs(estimator.get_variable_value("t1") - expected_t1).max() > 0
 
 
+class _OpTypes(tf.compat.v1.train.SessionRunHook):
+    """The op types of the graph a session runs."""
+
+    def begin(self):
+        self.types = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
+
+
+# What deduplicating ids builds (a sort on the host for big batches, TensorFlow ops for small ones).
+_DEDUP_OPS = {"Unique", "TopKV2", "InvertPermutation", "PyFunc", "EagerPyFunc"}
+
+
 def test_eval_and_predict_use_tables_read_only(tmp_path):
     estimator = train(tmp_path, make_spec(tex.AdagradParameters(0.3)), steps=2)
     t1, t2 = estimator.get_variable_value("t1"), estimator.get_variable_value("t2")
     logits = np.concatenate([t1[A].mean(axis=1), t2[B], t1[C[:, 0]]], axis=1) @ W
-    metrics = estimator.evaluate(input_fn, steps=2)
+    eval_ops, predict_ops = _OpTypes(), _OpTypes()
+    metrics = estimator.evaluate(input_fn, steps=2, hooks=[eval_ops])
     np.testing.assert_allclose(metrics["mean_logit"], logits[: 2 * G].mean(), rtol=1e-5)
     predictions = list(
         estimator.predict(
             lambda params: tf.data.Dataset.from_tensor_slices({"a": A[:20], "b": B[:20], "c": C[:20]}).batch(
                 params["batch_size"]
-            )
+            ),
+            hooks=[predict_ops],
         )
     )
     assert len(predictions) == 20
     np.testing.assert_allclose([p["logit"] for p in predictions], logits[:20], rtol=1e-5)
     np.testing.assert_array_equal(estimator.get_variable_value("t1"), t1)
+    # Lookups only: no update needs the ids deduplicated, so neither graph deduplicates them.
+    assert "ResourceGather" in eval_ops.types and "ResourceGather" in predict_ops.types
+    assert not (eval_ops.types | predict_ops.types) & _DEDUP_OPS
 
 
 def test_bad_ids_name_the_feature_and_leave_tables_unchanged(tmp_path):
