@@ -2,6 +2,8 @@
 `Session.run` for the N steps, every step's rows reach the metrics, the loss is replica 0's mean over the steps,
 and an input shorter than N steps is a clear error."""
 
+import time
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -86,3 +88,80 @@ def test_an_input_shorter_than_the_steps_is_a_clear_error(tmp_path):
     estimator = _estimator(str(tmp_path), 2)
     with pytest.raises(ValueError, match=r"The evaluation input ended after 6 step\(s\) of a loop: .* steps <= the"):
         estimator.evaluate(input_fn, steps=8)
+
+
+def _slow_steps_model_fn(step_seconds, update_times, fail_update_at=None, fail_step_at=None):
+    """The model above whose steps take `step_seconds` each (a host sleep); its metric update records when it ran
+    and fails at the `fail_update_at`-th update; its step fails on the row `fail_step_at`."""
+
+    def slow(x):
+        time.sleep(step_seconds)
+        return x
+
+    def model_fn(features, labels, mode, params):
+        x = tf.numpy_function(slow, [features["x"]], tf.float32, stateful=True)
+        x.set_shape(features["x"].shape)
+        if fail_step_at is not None:
+            with tf.control_dependencies(
+                [tf.debugging.assert_none_equal(x, X[fail_step_at, 0], message="the step check failed")]
+            ):
+                x = tf.identity(x)
+        spec = model_fn_base(dict(features, x=x), labels, mode, params)
+
+        def record(prediction):
+            update_times.append(time.perf_counter())
+            if len(update_times) == fail_update_at:
+                raise ValueError("the metric update failed")
+            return prediction
+
+        def metric_fn(prediction, labels):
+            recorded = tf.numpy_function(record, [prediction], tf.float32, stateful=True)
+            return {"mean_prediction": tf.compat.v1.metrics.mean(recorded)}
+
+        return te.TPUEstimatorSpec(mode, loss=spec.loss, eval_metrics=(metric_fn, [spec.eval_metrics[1][0], labels]))
+
+    return model_fn
+
+
+model_fn_base = model_fn
+
+
+class LoopEnd(tf.compat.v1.train.SessionRunHook):
+    def after_run(self, run_context, run_values):
+        self.time = time.perf_counter()
+
+
+def _slow_estimator(model_dir, model_fn):
+    config = te.RunConfig(model_dir=model_dir, tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=2))
+    return te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=BATCH, eval_batch_size=BATCH)
+
+
+def test_metric_updates_run_while_the_loop_runs_and_see_every_step(tmp_path):
+    update_times = []
+    estimator = _slow_estimator(str(tmp_path), _slow_steps_model_fn(0.3, update_times))
+    loop_end = LoopEnd()
+    metrics = estimator.evaluate(input_fn, steps=5, hooks=[loop_end])
+    assert len(update_times) == 5
+    # The first steps' updates ran during the loop's Session.run (about 1.5 s of steps), not after it.
+    assert update_times[0] < loop_end.time - 0.3
+    np.testing.assert_allclose(metrics["mean_prediction"], (X[: 5 * BATCH, 0] * W).mean(), rtol=1e-6)
+
+
+def test_a_failed_metric_update_reaches_the_caller(tmp_path):
+    update_times = []
+    estimator = _slow_estimator(str(tmp_path), _slow_steps_model_fn(0.01, update_times, fail_update_at=3))
+    start = time.perf_counter()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the metric update failed"):
+        estimator.evaluate(input_fn, steps=5)
+    assert time.perf_counter() - start < 60
+
+
+def test_a_failed_step_reaches_the_caller_while_the_updates_wait(tmp_path):
+    update_times = []
+    # Row 3 * BATCH is the first row of step 4 (2 shards: replica 0's first row).
+    estimator = _slow_estimator(str(tmp_path), _slow_steps_model_fn(0.01, update_times, fail_step_at=3 * BATCH))
+    start = time.perf_counter()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the step check failed"):
+        estimator.evaluate(input_fn, steps=5)
+    assert time.perf_counter() - start < 60
+    assert len(update_times) <= 3  # the steps before the failed one, as far as the updates got
