@@ -276,14 +276,16 @@ def _input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
 
 
 class _RunTimes(object):
-    """A session hook factory recording when the session was created and when each `Session.run` began and
-    ended."""
+    """A session hook factory recording when the session was created, when each `Session.run` began and ended, and
+    when the hooks' `end` began (after every hook's `after_run` of the last run: an evaluation's metric updates
+    that the Estimator's own hooks run after the loop are done by then)."""
 
     def __init__(self):
         self.created: Optional[float] = None
         self.before: List[float] = []
         self.runs: List[float] = []
         self.cpu: List[float] = []
+        self.ended: Optional[float] = None
 
     def hook(self):
         import tensorflow as tf
@@ -300,6 +302,9 @@ class _RunTimes(object):
             def after_run(self, run_context, run_values):
                 times.runs.append(time.perf_counter())
                 times.cpu.append(time.process_time())
+
+            def end(self, session):
+                times.ended = time.perf_counter()
 
         return RunTimesHook()
 
@@ -388,9 +393,9 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
     """The same program fed from `compute_pool_batches` batches cached in memory: the rates without input.
 
     Training as the program trains (setup, then the second `train()` measured); then `evaluate(steps=eval_steps)`
-    and `predict()` of `predict_batches` batches from the pool, each rate taken from its first `Session.run` to its
-    last (ours runs an evaluation in one run; upstream runs one per step) and, for `predict()`, from the first
-    prediction to the last.
+    and `predict()` of `predict_batches` batches from the pool: `evaluate()`'s rate from its first `Session.run` to
+    the hooks' `end` (ours runs an evaluation in one run, its metric updates beside it; upstream runs one per step),
+    `predict()`'s from the first prediction to the last.
     """
     input_fn = _input_fn(p, tfrecord_path)
 
@@ -405,7 +410,8 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
     if p.eval_steps:
         times = _RunTimes()
         estimator.evaluate(pooled_input_fn, steps=p.eval_steps, hooks=[times.hook()])
-        out["evaluate_examples_per_sec"] = p.eval_steps * p.batch_size / (times.runs[-1] - times.before[0])
+        # To the hooks' end: ours' metric updates (the Estimator's evaluation hooks) are then done, as upstream's.
+        out["evaluate_examples_per_sec"] = p.eval_steps * p.batch_size / (times.ended - times.before[0])
     if p.predict_batches > 1:
 
         def predict_input_fn(params):
