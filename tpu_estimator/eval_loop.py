@@ -8,9 +8,9 @@ One step, top to bottom (`EvalLoop._step`):
 4. host calls: the `eval_metrics` tensors of every replica, concatenated, are queued on the host
    (`host_calls.HostCallOutfeed`); replica 0's loss is summed.
 
-`eval_metrics`' function is called once on a dequeue of that queue, and its update ops run once per queued step in
-a thread while the loop runs (`EvalMetricsDrainHook`), so every metric sees every step's rows, in order, as
-upstream's outfeed thread makes it see them. The reported loss is replica 0's, averaged over the loop (upstream: `outputs_from_all_shards=False`).
+After the loop, `eval_metrics`' function is called once on a dequeue of that queue, and its update ops run once per
+queued step (`EvalMetricsDrainHook`), so every metric sees every step's rows as upstream's outfeed thread makes it
+see them. The reported loss is replica 0's, averaged over the loop (upstream: `outputs_from_all_shards=False`).
 The Estimator's evaluation step counter advances by N per run, so its `StopAfterNEvalsHook` stops after the one
 run and evaluation hooks see one `Session.run` for the N steps (upstream's `_SetEvalIterationsHook`).
 
@@ -18,7 +18,6 @@ An input that ends before N steps fails the loop: `EvalMetricsDrainHook` raises 
 `ValueError`) saying how many steps were read (on a TPU such an evaluation hangs).
 """
 
-import threading
 from typing import List, Optional
 
 import tensorflow as tf
@@ -68,7 +67,7 @@ class EvalLoop(object):
         drain = None
         if spec.eval_metrics is not None:
             metrics = self._metrics_outfeed.call_on_dequeued(spec.eval_metrics)
-            # The Estimator runs each metric's update op with the loop; the real updates run beside it, per step.
+            # The Estimator runs each metric's update op with the loop; the real updates run after it, per step.
             loop_done = tf.group(loss)
             eval_metric_ops = {name: (value, loop_done) for name, (value, _) in metrics.items()}
             drain = [update for _, update in metrics.values()]
@@ -128,95 +127,39 @@ class EvaluationInputEndedError(ValueError):
         )
 
 
-class _MetricUpdater(object):
-    """A thread that runs the metric update ops once per queued step until the queue is closed and empty.
-
-    Args:
-      session: the raw session the loop runs in.
-      update_ops: the metric update ops (each run dequeues one step).
-    """
-
-    def __init__(self, session, update_ops: list):
-        self._session = session
-        self._update_ops = update_ops
-        self.steps = 0
-        self._error = None
-        self._thread = threading.Thread(target=self._run, name="eval_metric_updates", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            while True:
-                self._session.run(self._update_ops)
-                self.steps += 1
-        except tf.errors.OutOfRangeError:
-            pass  # Closed and empty: every queued step is in the metrics.
-        except Exception as e:  # Reaches the caller from `join`.
-            self._error = e
-
-    def join(self) -> int:
-        """Waits for the thread (the queue must be closed); returns the steps applied.
-
-        Raises:
-          The error of a failed update run.
-        """
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self.steps
-
-
 class EvalMetricsDrainHook(host_calls_lib.SummaryWritersHook):
-    """Runs the metric updates once per step the loop queues, in a thread while the loop runs (upstream's outfeed
-    thread on a TPU), and checks that the loop ended.
-
-    The loop's `Session.run` and the updates overlap; after the run the queue is closed, the thread applies what is
-    left and stops, so every step is in the metrics when the Estimator reads them. The queue serves one loop: an
-    evaluation runs its N steps in one `Session.run`.
+    """After each evaluation loop, runs the metric updates once per step the loop queued; checks the loop ended.
 
     Args:
       outfeed: the loop's metric queue.
       update_ops: the metric update ops (each dequeues one step), or None without `eval_metrics`.
 
-    Raises (from `before_run`):
-      RuntimeError: a second `Session.run` of the evaluation loop.
-    Raises (from `after_run` and `end`):
+    Raises (from `end`):
       EvaluationInputEndedError: the input ended inside a loop (fewer batches than `evaluate(steps=...)`).
-      The error of a failed metric update.
     """
 
     def __init__(self, outfeed: host_calls_lib.HostCallOutfeed, update_ops: Optional[list]):
         self._update_ops = update_ops
-        self._close = outfeed.close() if update_ops is not None else None
-        self._updater: Optional[_MetricUpdater] = None
-        self._closed = False
+        self._queue_size = outfeed.size() if update_ops is not None else None
         self._loop_running = False
 
     def before_run(self, run_context):
-        if self._closed:
-            raise RuntimeError(
-                "The evaluation loop ran a second time in one session: evaluate(steps=N) runs its N steps in one "
-                "Session.run, and its metrics queue is closed after it."
-            )
         self._loop_running = True
-        if self._update_ops is not None:
-            self._updater = _MetricUpdater(run_context.session, self._update_ops)
 
     def after_run(self, run_context, run_values):
         self._loop_running = False
-        self._finish_updates(run_context.session)
+        self._drain(run_context.session)
 
-    def _finish_updates(self, session) -> int:
-        """Closes the queue and waits for the updates of every queued step; returns their number."""
-        if self._updater is None:
+    def _drain(self, session) -> int:
+        if self._update_ops is None:
             return 0
-        session.run(self._close)
-        self._closed = True
-        updater, self._updater = self._updater, None
-        return updater.join()
+        queued = int(session.run(self._queue_size))
+        for _ in range(queued):
+            session.run(self._update_ops)
+        return queued
 
     def end(self, session):
-        completed = self._finish_updates(session)
+        completed = self._drain(session)
         super(EvalMetricsDrainHook, self).end(session)
         if self._loop_running:
             self._loop_running = False

@@ -167,11 +167,6 @@ class HostCallOutfeed(object):
         """The number of queued entries."""
         return self._queue.size()
 
-    def close(self) -> tf.Operation:
-        """The op that closes the queue: no more entries; a dequeue of the empty closed queue is `OutOfRangeError`."""
-        with tf.device(self._host_device):
-            return self._queue.close(cancel_pending_enqueues=False)
-
     def hook(self, host_call) -> OutfeedHostCallHook:
         """After the loop: the hook that dequeues each entry and runs `host_call`'s function on it."""
         return OutfeedHostCallHook(self.call_on_dequeued(host_call), self.size())
