@@ -415,9 +415,12 @@ def _sparse_coo(
         return _Coo(tf.cast(ids, tf.int64), rows, weights, _as_scalar(_prod(out)), out, True, False)
     if rank > 2 and seq_len > 0:
         logging.warning("%s: input is a rank %d sparse tensor, max_sequence_length=%d is ignored.", ctx, rank, seq_len)
-    lead = dense_shape[:-1]
-    strides = tf.math.cumprod(lead, axis=0, exclusive=True, reverse=True)
-    rows = tf.reduce_sum(tf.cast(indices[:, :-1], tf.int32) * strides[tf.newaxis, :], axis=1)
+    if rank == 2:
+        rows = tf.cast(indices[:, 0], tf.int32)  # The row-major index of [B] outputs is the first index.
+    else:
+        lead = dense_shape[:-1]
+        strides = tf.math.cumprod(lead, axis=0, exclusive=True, reverse=True)
+        rows = tf.reduce_sum(tf.cast(indices[:, :-1], tf.int32) * strides[tf.newaxis, :], axis=1)
     out = _dims_from(static[:-1], dense_shape)
     numel = _prod(out)
     if out_shape is not None:

@@ -567,3 +567,22 @@ def test_python_ops_false_builds_tensorflow_ops_only_with_the_same_batches():
     np.testing.assert_array_equal(results[False][0], np.unique(ids))
     for got, expected in zip(results[False], results[True]):
         np.testing.assert_array_equal(got, expected)
+
+
+def test_rank2_sparse_rows_are_the_first_index_and_rank3_rows_are_row_major():
+    table = Table(10, 2, "sum", name="t")
+    config = {"a": Feature(table, name="a")}
+    cases = {
+        2: (([[0, 1], [2, 0], [2, 3]], [3, 4]), [0, 2, 2]),
+        3: (([[0, 1, 0], [1, 0, 2], [1, 1, 0]], [2, 2, 3]), [1, 2, 3]),
+    }
+    for rank, ((indices, dense_shape), rows) in cases.items():
+        with tf.Graph().as_default() as graph:
+            ids = tf.SparseTensor(indices, tf.constant([4, 5, 6], tf.int64), dense_shape)
+            batches = pp.preprocess_features({"a": ids}, config, deduplicate=False)
+            op_types = {op.type for op in graph.get_operations()}
+            with tf.compat.v1.Session() as sess:
+                got = sess.run(batches["t"].features["a"].segment_ids)
+        np.testing.assert_array_equal(got, rows)
+        # Rank 2: no strides over the leading dimensions to compute (one op per feature and step).
+        assert ("Cumprod" in op_types) == (rank == 3), (rank, op_types)
