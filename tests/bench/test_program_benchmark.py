@@ -72,8 +72,10 @@ def test_ratios_are_taken_within_each_round(monkeypatch):
     assert "| wall time, whole process (s) | 10.0 (5.0-30.0) | 20.0 (15.0-30.0) |" in report
     # Ours' loop median (1000/10 = 100) against min(input 100, compute 50).
     assert "reaches 200% of min(input, compute) = 50" in report
-    assert "`evaluate()` from the pool (examples/s, first run to last): ours 300, upstream 100: 3.00x." in report
-    assert "`predict()` from the pool (examples/s, first run to last): ours 200, upstream 400: 0.50x." in report
+    assert (
+        "`evaluate()` from the pool (examples/s, first run to the hooks' end): ours 300, upstream 100: 3.00x." in report
+    )
+    assert "`predict()` from the pool (examples/s, first prediction to last): ours 200, upstream 400: 0.50x." in report
 
 
 @pytest.mark.upstream

@@ -669,11 +669,15 @@ def markdown(result: Dict[str, Any]) -> str:
                 )
             )
         )
-        for key, what in (("evaluate_examples_per_sec", "`evaluate()`"), ("predict_examples_per_sec", "`predict()`")):
+        spans = (
+            ("evaluate_examples_per_sec", "`evaluate()`", "first run to the hooks' end"),
+            ("predict_examples_per_sec", "`predict()`", "first prediction to last"),
+        )
+        for key, what, span in spans:
             ours, upstream = (bounds.get(f"compute_{i}", {}).get(key) for i in IMPLEMENTATIONS)
             if ours and upstream:
                 lines.append(
-                    f"{what} from the pool (examples/s, first run to last): ours {ours:,.0f}, upstream "
+                    f"{what} from the pool (examples/s, {span}): ours {ours:,.0f}, upstream "
                     f"{upstream:,.0f}: {ours / upstream:.2f}x."
                 )
         ours_loop = _per_impl(rounds, "ours", lambda r: r["loop_examples_per_sec"])
