@@ -375,7 +375,7 @@ class EmbeddingEngine(tf.Module):
         """`(finiteness checks, {table: gradient of its unique ids, times the multiplier})` of one preprocessed
         batch: the work `apply_gradients` and each part of `apply_gradients_of_parts` do before the update."""
         for name in self._tables:
-            if not getattr(self._batch(batches, name), "deduplicated", True):
+            if not self._batch(batches, name).deduplicated:
                 raise ValueError(
                     f"The batch of table '{name}' was preprocessed with deduplicate=False (for lookups only): an "
                     "update needs each id once. Preprocess the step with deduplicate=True to apply gradients."

@@ -163,7 +163,7 @@ class TableBatch:
 
     @property
     def num_unique(self) -> tf.Tensor:
-        """int32 scalar: number of unique ids `U`."""
+        """int32 scalar: `U`, the length of `unique_ids`."""
         return tf.size(self.unique_ids, out_type=tf.int32)
 
     def __tf_flatten__(self):
