@@ -90,27 +90,21 @@ def test_an_input_shorter_than_the_steps_is_a_clear_error(tmp_path):
         estimator.evaluate(input_fn, steps=8)
 
 
-def _slow_steps_model_fn(step_seconds, update_times, fail_update_at=None, fail_step_at=None):
-    """The model above whose steps take `step_seconds` each (a host sleep); its metric update records when it ran
-    and fails at the `fail_update_at`-th update; its step fails on the row `fail_step_at`."""
+def _recording_model_fn(updates, fail_update_at=None, fail_step_at=None):
+    """`model_fn` above, whose metric update appends to `updates` each time it runs and fails at the
+    `fail_update_at`-th update, and whose step fails on the row `fail_step_at`."""
 
-    def slow(x):
-        time.sleep(step_seconds)
-        return x
-
-    def model_fn(features, labels, mode, params):
-        x = tf.numpy_function(slow, [features["x"]], tf.float32, stateful=True)
-        x.set_shape(features["x"].shape)
+    def recording_model_fn(features, labels, mode, params):
+        x = features["x"]
         if fail_step_at is not None:
-            with tf.control_dependencies(
-                [tf.debugging.assert_none_equal(x, X[fail_step_at, 0], message="the step check failed")]
-            ):
+            check = tf.debugging.assert_none_equal(x, X[fail_step_at, 0], message="the step check failed")
+            with tf.control_dependencies([check]):
                 x = tf.identity(x)
-        spec = model_fn_base(dict(features, x=x), labels, mode, params)
+        spec = model_fn(dict(features, x=x), labels, mode, params)
 
         def record(prediction):
-            update_times.append(time.perf_counter())
-            if len(update_times) == fail_update_at:
+            updates.append(len(prediction))
+            if len(updates) == fail_update_at:
                 raise ValueError("the metric update failed")
             return prediction
 
@@ -120,28 +114,24 @@ def _slow_steps_model_fn(step_seconds, update_times, fail_update_at=None, fail_s
 
         return te.TPUEstimatorSpec(mode, loss=spec.loss, eval_metrics=(metric_fn, [spec.eval_metrics[1][0], labels]))
 
-    return model_fn
+    return recording_model_fn
 
 
-model_fn_base = model_fn
-
-
-def _slow_estimator(model_dir, model_fn):
+def _two_shard_estimator(model_dir, model_fn):
     config = te.RunConfig(model_dir=model_dir, tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=2))
     return te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=BATCH, eval_batch_size=BATCH)
 
 
 def test_the_metric_update_runs_once_per_step(tmp_path):
-    update_times = []
-    estimator = _slow_estimator(str(tmp_path), _slow_steps_model_fn(0.01, update_times))
+    updates = []
+    estimator = _two_shard_estimator(str(tmp_path), _recording_model_fn(updates))
     metrics = estimator.evaluate(input_fn, steps=5)
-    assert len(update_times) == 5
+    assert updates == [BATCH] * 5  # Once per step, with the rows of both replicas.
     np.testing.assert_allclose(metrics["mean_prediction"], (X[: 5 * BATCH, 0] * W).mean(), rtol=1e-6)
 
 
 def test_a_failed_metric_update_reaches_the_caller(tmp_path):
-    update_times = []
-    estimator = _slow_estimator(str(tmp_path), _slow_steps_model_fn(0.01, update_times, fail_update_at=3))
+    estimator = _two_shard_estimator(str(tmp_path), _recording_model_fn([], fail_update_at=3))
     start = time.perf_counter()
     with pytest.raises(tf.errors.InvalidArgumentError, match="the metric update failed"):
         estimator.evaluate(input_fn, steps=5)
@@ -149,11 +139,11 @@ def test_a_failed_metric_update_reaches_the_caller(tmp_path):
 
 
 def test_a_failed_step_reaches_the_caller(tmp_path):
-    update_times = []
+    updates = []
     # Row 3 * BATCH is the first row of step 4 (2 shards: replica 0's first row).
-    estimator = _slow_estimator(str(tmp_path), _slow_steps_model_fn(0.01, update_times, fail_step_at=3 * BATCH))
+    estimator = _two_shard_estimator(str(tmp_path), _recording_model_fn(updates, fail_step_at=3 * BATCH))
     start = time.perf_counter()
     with pytest.raises(tf.errors.InvalidArgumentError, match="the step check failed"):
         estimator.evaluate(input_fn, steps=5)
     assert time.perf_counter() - start < 60
-    assert update_times == []  # The loop failed: no step reaches the metrics.
+    assert updates == []  # The loop failed: no step reaches the metrics.
