@@ -726,8 +726,7 @@ def _sorted_unique(
 
 
 def _every_id(ids: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    """`(ids, the position of each)`: the pair `_sorted_unique` gives, without deduplicating (lookups only)."""
-    ids = tf.cast(ids, tf.int64)
+    """`(int64 ids, the position of each)`: the pair `_sorted_unique` gives, without deduplicating (lookups only)."""
     n = _static_size_bound(ids)
     size = n if n is not None else tf.size(ids, out_type=tf.int32)
     return ids, tf.range(size, dtype=tf.int32)

@@ -394,7 +394,7 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
 
     Training as the program trains (setup, then the second `train()` measured); then `evaluate(steps=eval_steps)`
     and `predict()` of `predict_batches` batches from the pool: `evaluate()`'s rate from its first `Session.run` to
-    the hooks' `end` (ours runs an evaluation in one run, its metric updates beside it; upstream runs one per step),
+    the hooks' `end` (ours runs an evaluation in one run, then its metric updates; upstream runs one per step),
     `predict()`'s from the first prediction to the last.
     """
     input_fn = _input_fn(p, tfrecord_path)
