@@ -365,3 +365,52 @@ def variable_value(variable) -> tf.Tensor:
     if isinstance(element, tf.Tensor) and element.op._get_control_flow_context() is None:
         return element
     return variable.value() if hasattr(variable, "value") else tf.convert_to_tensor(variable)
+
+
+# ---- copying ops (replicas traced once, `stamping.py`) --------------------------------------------------------------
+
+
+def op_id(op: tf.Operation) -> int:
+    """The op's position in its graph's creation order (increasing, unique in the graph)."""
+    return op._id
+
+
+def op_control_flow_context(op: tf.Operation):
+    """The (TF1) control-flow context the op was built in, or None at the root."""
+    return op._get_control_flow_context()
+
+
+def adopt_into_control_flow_context(op: tf.Operation, context) -> None:
+    """Puts a copied op in `context` as if built there: later ops of the context use its outputs as its own.
+
+    The op's inputs must already be valid in the context (a copy of an op of the context, whose inputs were
+    entered when the original was built).
+    """
+    op._set_control_flow_context(context)
+    add_values_to_control_flow_context(context, [output.name for output in op.outputs])
+
+
+def add_values_to_control_flow_context(context, tensor_names: Sequence[str]) -> None:
+    """Makes `context` (and its outer contexts) take these tensors as built inside it (none are entered again)."""
+    while context is not None:
+        context._values.update(tensor_names)
+        context = context.outer_context
+
+
+def while_frame_name(context) -> Optional[str]:
+    """The frame name of a TF1 while loop's context (the `frame_name` of its `Enter` ops), or None."""
+    return getattr(context, "name", None) if type(context).__name__ == "WhileContext" else None
+
+
+def graph_device_scope_depth(graph: tf.Graph) -> int:
+    """How many device scopes ops built now are in."""
+    return len(graph._snapshot_device_function_stack_metadata())
+
+
+def device_scope_depth(op: tf.Operation) -> int:
+    """How many device scopes the op was built in (0 under a colocation, which sets the device itself)."""
+    return len(op._device_code_locations or ())
+
+
+def add_control_inputs(op: tf.Operation, control_inputs: Sequence[tf.Operation]) -> None:
+    op._add_control_inputs(list(control_inputs))

@@ -328,6 +328,15 @@ class EmbeddingBridge(object):
 
         return tap(dummy, activation)
 
+    def tapped_gradients(self, replica: int) -> Dict[str, tf.Tensor]:
+        """The activation gradients tapped in `replica`'s build so far, by feature key (TRAIN)."""
+        return {key: gradient for (r, key), gradient in self._gradients.items() if r == replica}
+
+    def set_tapped_gradients(self, replica: int, gradients: Dict[str, tf.Tensor]) -> None:
+        """Records `replica`'s activation gradients: its copy of replica 0's when replicas are traced once."""
+        for key, gradient in gradients.items():
+            self._gradients[(replica, key)] = gradient
+
     # ---- after the replicas: gradients -> engine update ------------------------------------------------------
 
     def _activation_gradients(

@@ -12,9 +12,10 @@ Only replica 0's side effects run (its `train_op`); the other replicas compute w
 variables replica 0's update created (slots), as any variable, and returns a no-op.
 """
 
+import contextlib
 import sys
 import threading
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
@@ -348,6 +349,31 @@ def build_replicas(fn: Callable[[int], Any], devices: Sequence[str]) -> Replicat
         raise exc.with_traceback(tb)
     _tf_internal.set_graph_collections(graph, _merge_collections(base_collections, coordinator.collections))
     return ReplicatedBuild(results, coordinator.num_reductions)
+
+
+@contextlib.contextmanager
+def building_replica(context: ReplicaContext) -> Iterator[None]:
+    """Builds in the replica `context` on the calling thread, from the state a replica thread starts in.
+
+    As in a replica thread of `build_replicas`: no control dependencies, colocation or outer device scope; the
+    root name scope; the replica's device; `cross_replica_sum` and `CrossShardOptimizer` reduce through
+    `context.coordinator`.
+    """
+    graph = tf.compat.v1.get_default_graph()
+    with (
+        _tf_internal.without_control_dependencies(graph),
+        graph.colocate_with(None, ignore_existing=True),
+        graph.name_scope(None),
+        graph.device(None),
+        graph.device(context.device),
+        _tf_internal.tpu_shard_context(context.num_replicas),
+        _tf_internal.cross_replica_sum_as_ours(cross_replica_sum),
+    ):
+        _current.context = context
+        try:
+            yield
+        finally:
+            _current.context = None
 
 
 def _by_task(devices: Sequence[str]) -> "dict[tuple, List[int]]":

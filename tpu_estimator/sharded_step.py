@@ -10,7 +10,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, replication
+from tpu_estimator import _estimator_lib, _tf_internal, replication, stamping
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge
 from tpu_estimator.embedding_spec import EmbeddingConfigSpec, resolve_embedding_config
@@ -78,10 +78,13 @@ def embedding_bridge(settings: ShardedSettings, ctx: ShardingContext) -> Optiona
 def replicate_model_fn(
     settings: ShardedSettings, ctx: ShardingContext, per_replica: List[Any], bridge: Optional[EmbeddingBridge]
 ) -> Replicas:
-    """Builds `model_fn` once per replica, on its device, on that replica's `(features, labels)`.
+    """Builds `model_fn` for every replica, on its device, on that replica's `(features, labels)`.
 
-    In TRAIN the embedding activations pass through the bridge's gradient tap. With `xla_compile_shards`, the
-    replicas' ops are marked for XLA compilation.
+    On one host, `model_fn` is called once, as a TPU traces it once: replica 0 is built and the other replicas
+    are copies of its ops (`stamping.py`). On a cluster, `model_fn` is called once per replica
+    (`replication.build_replicas`), so that each host reads a variable once per step. In TRAIN the embedding
+    activations pass through the bridge's gradient tap. With `xla_compile_shards`, the replicas' ops are marked
+    for XLA compilation.
     """
     mode = ctx.mode
 
@@ -98,10 +101,35 @@ def replicate_model_fn(
 
     graph = tf.compat.v1.get_default_graph()
     first_op = len(graph.get_operations())
-    built = replication.build_replicas(replica_fn, ctx.replica_devices)
+    if ctx.num_replicas > 1 and not ctx.on_cluster:
+        replicas = _stamped_replicas(replica_fn, ctx.replica_devices, per_replica, bridge)
+    else:
+        built = replication.build_replicas(replica_fn, ctx.replica_devices)
+        replicas = Replicas(built.outputs, built.num_reductions)
     if ctx.config.xla_compile_shards:
         _tf_internal.mark_for_xla_compilation(graph.get_operations()[first_op:])
-    return Replicas(built.outputs, built.num_reductions)
+    return replicas
+
+
+# What the modes read from a replica's spec besides replica 0's (the other fields are replica 0's).
+_PER_REPLICA_FIELDS = ("loss", "predictions", "eval_metrics", "host_call")
+
+
+def _stamped_replicas(
+    replica_fn: Callable[[int], Any], devices: Sequence[str], per_replica: List[Any], bridge: Optional[EmbeddingBridge]
+) -> Replicas:
+    """`model_fn` traced once on replica 0; each other replica's spec and tapped gradients are copies of its own."""
+    stamped = stamping.stamp_replicas(replica_fn, devices, per_replica)
+    spec = stamped.output
+    fields = {name: getattr(spec, name) for name in _PER_REPLICA_FIELDS if getattr(spec, name, None) is not None}
+    taps = bridge.tapped_gradients(0) if bridge is not None else {}
+    specs = [spec]
+    for replica in range(1, len(devices)):
+        replica_fields, replica_taps = stamped.to_replica(replica, (fields, taps))
+        specs.append(spec._replace(**replica_fields))
+        if bridge is not None:
+            bridge.set_tapped_gradients(replica, replica_taps)
+    return Replicas(specs, stamped.num_reductions)
 
 
 def read_step_with_embeddings(pipeline: InputPipeline, bridge: Optional[EmbeddingBridge]):

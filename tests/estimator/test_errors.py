@@ -9,6 +9,7 @@ import tensorflow as tf
 import tpu_estimator as te
 from tests.estimator import models
 from tpu_estimator import estimator as tf_estimator
+from tpu_estimator import replication
 
 
 def _config(tmp_path, **tpu_kwargs):
@@ -121,17 +122,39 @@ def test_training_without_cross_shard_reduction_fails(tmp_path):
         estimator.train(models.dataset_input_fn, max_steps=1)
 
 
-def test_diverging_replicas_are_reported(tmp_path):
+def test_diverging_replicas_are_reported():
+    """Where each replica runs its own build (a cluster, `tpu.replicate`), one that reduces more is reported."""
+
+    def build(replica_id):
+        loss = tf.reduce_sum(tf.ones([2]))
+        if replica_id == 1:  # replica 1 reduces once more than replica 0
+            te.cross_replica_sum(loss)
+        return te.cross_replica_sum(loss)
+
+    with tf.Graph().as_default():
+        with pytest.raises((RuntimeError, ValueError), match="Replicas diverged"):
+            replication.build_replicas(build, ["/device:CPU:0", "/device:CPU:0"])
+
+
+@pytest.mark.parametrize("num_shards", [2, 4])
+def test_model_fn_is_traced_once_on_one_host(tmp_path, num_shards):
+    """As on a TPU, `model_fn` runs once per graph whatever the shards: a device-dependent branch cannot diverge."""
+    calls = []
+
     def model_fn(features, labels, mode, params):
+        calls.append(tf.constant(0.0).device)
         loss = tf.reduce_mean(tf.keras.layers.Dense(1)(features) - labels)
-        if tf.constant(0.0).device.endswith(":1"):  # replica 1 reduces once more than replica 0
+        if tf.constant(0.0).device.endswith(":1"):  # would reduce once more on a replica placed on CPU:1
             te.cross_replica_sum(loss)
         opt = te.CrossShardOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
         return te.TPUEstimatorSpec(mode, loss=loss, train_op=opt.minimize(loss, tf.compat.v1.train.get_global_step()))
 
-    estimator = te.TPUEstimator(model_fn=model_fn, config=_config(tmp_path, num_shards=2), train_batch_size=8)
-    with pytest.raises((RuntimeError, ValueError), match="Replicas diverged"):
-        estimator.train(models.dataset_input_fn, max_steps=1)
+    estimator = te.TPUEstimator(
+        model_fn=model_fn, config=_config(tmp_path, num_shards=num_shards), train_batch_size=4 * num_shards
+    )
+    estimator.train(models.dataset_input_fn, max_steps=1)
+    assert len(calls) == 1, calls
+    assert tf.train.load_checkpoint(str(tmp_path)).get_tensor("global_step") == 1
 
 
 def test_dynamic_shapes_are_rejected(tmp_path):

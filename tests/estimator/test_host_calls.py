@@ -234,7 +234,7 @@ def test_rewrite_and_outside_compilation_inside_model_fn(tmp_path):
     config = te.RunConfig(model_dir=str(tmp_path), tpu_config=te.TPUConfig(iterations_per_loop=1, num_shards=2))
     estimator = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=32)
     estimator.train(models.dataset_input_fn, max_steps=1)
-    assert devices == ["/device:CPU:0", "/device:CPU:0"]
+    assert devices == ["/device:CPU:0"]  # model_fn is traced once; replica 1's copy stays on the host
     s = 2.0 * models.X[:32].sum(axis=1, keepdims=True)
     expected = -0.01 * np.mean(2 * (0.0 * s - models.Y[:32]) * s)
     np.testing.assert_allclose(estimator.get_variable_value("w"), expected, rtol=1e-5)

@@ -48,11 +48,20 @@ def test_same_variables_on_1_2_4_shards(tmp_path, wrapper):
 
 def test_replicas_are_built_on_their_own_devices(tmp_path):
     record = []
+    matmul_devices = {}
+
+    class GraphHook(tf.compat.v1.train.SessionRunHook):
+        def begin(self):
+            for op in tf.compat.v1.get_default_graph().get_operations():
+                if op.type == "MatMul" and "gradients" not in op.name:
+                    replica = op.name.split("/")[0] if op.name.startswith("replica_") else "replica_0"
+                    matmul_devices.setdefault(replica, set()).add(op.device)
+
     estimator = models.make_estimator(tmp_path, num_shards=4, model_fn=models.make_model_fn(record=record))
-    estimator.train(models.dataset_input_fn, max_steps=4)
-    devices = [entry[2] for entry in record]
-    assert devices == ["/device:CPU:%d" % i for i in range(4)]
-    assert [entry[1] for entry in record] == [8] * 4
+    estimator.train(models.dataset_input_fn, max_steps=4, hooks=[GraphHook()])
+    # model_fn is traced once, on replica 0's device; replicas 1-3 are copies of its ops on their own devices.
+    assert [(entry[1], entry[2]) for entry in record] == [(8, "/device:CPU:0")]
+    assert matmul_devices == {"replica_%d" % i: {"/device:CPU:%d" % i} for i in range(4)}
 
 
 def test_same_variables_for_iterations_per_loop_1_4_and_time(tmp_path):

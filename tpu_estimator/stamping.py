@@ -1,0 +1,294 @@
+"""Replicas traced once: `model_fn` is built for replica 0, and its ops are copied onto the other replicas' devices.
+
+A TPU traces `model_fn` once and runs the traced program on every core. Here replica 0's build is that trace: the
+user's Python runs once. Every other replica gets a copy of the ops it needs (those its cross-replica reductions
+and its outputs depend on), with replica 0's inputs replaced by its own, on its own device. A copy costs a
+fraction of a build (no model Python, no gradient construction), so setup grows slowly with the shards.
+
+A cross-replica reduction is where replicas meet: when replica 0's build reaches one, each other replica's copy of
+the reduced value is made (the ops it depends on that are not copied yet), the reduction is built from all of
+them, and replica 0's build goes on with its element of the result; the later copies use their own element.
+
+Shared instead of copied: ops built before the replicas, ops that create state (variables, tables, queues:
+stateful ops without inputs), the loop invariants entered into the loop the replicas are built in, and ops
+outside the build's control-flow context (initialisers built under `init_scope`). A side effect is copied only
+when a replica's outputs depend on it, as when each replica was built by its own `model_fn` call. Seeded random
+ops get another op seed on each replica, so the replicas draw different numbers (dropout masks).
+"""
+
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, graph_pb2
+
+from tpu_estimator import _tf_internal, replication
+
+_ENTER_OPS = ("Enter", "RefEnter")
+# Replica r's seeded random ops draw with op seed `seed2 + r * _SEED_STRIDE` (mod 2**31 - 1).
+_SEED_STRIDE = 1000003
+
+
+def _tensors_of(structure: Any) -> List[tf.Tensor]:
+    return [t for t in tf.nest.flatten(structure, expand_composites=True) if isinstance(t, tf.Tensor)]
+
+
+def _within(context, ancestor) -> bool:
+    while context is not None:
+        if context is ancestor:
+            return True
+        context = context.outer_context
+    return False
+
+
+class _Stamper(object):
+    """Copies replica 0's ops onto the other replicas and builds the reductions between them.
+
+    It is the coordinator of replica 0's `ReplicaContext` while `stamp_replicas` builds it (`reduce`,
+    `build_update`), and maps replica 0's outputs to another replica's (`to_replica`).
+    """
+
+    def __init__(self, graph: tf.Graph, devices: Sequence[str], replica_inputs: Sequence[Any]):
+        self.graph = graph
+        self.devices = list(devices)
+        self.num_replicas = len(self.devices)
+        self.num_reductions = 0
+        existing = graph.get_operations()
+        self._first_id = _tf_internal.op_id(existing[-1]) + 1 if existing else 0
+        self._context = _tf_internal.control_flow_context(graph)
+        self._loop_frame = _tf_internal.while_frame_name(self._context)
+        self._own_ids = set()  # the ops this stamper built: copies and reductions
+        self._tensors = [dict() for _ in self.devices]  # per replica: replica 0's tensor (ref) -> the replica's
+        self._copies = [dict() for _ in self.devices]  # per replica: replica 0's op id -> the replica's copy
+        self._device_of_replica0 = tf.DeviceSpec.from_string(self.devices[0]).to_string()
+        self._placed = {}  # device string -> its canonical form
+        self._copy_devices = [dict() for _ in self.devices]  # per replica: replica 0's op id -> its copy's device
+        # How many device scopes replica 0's build starts in: an op under more was placed by `model_fn` itself.
+        self.replica_scope_depth = 0
+        inputs0 = _tensors_of(replica_inputs[0])
+        for replica in range(1, self.num_replicas):
+            inputs = _tensors_of(replica_inputs[replica])
+            if len(inputs) != len(inputs0):
+                raise ValueError(
+                    "Replica {} has {} input tensors where replica 0 has {}: every replica's (features, labels) "
+                    "must have the same structure.".format(replica, len(inputs), len(inputs0))
+                )
+            for own, replica0 in zip(inputs, inputs0):
+                self._tensors[replica][replica0.ref()] = own
+
+    # ---- the coordinator of replica 0's build ------------------------------------------------------------------
+
+    def reduce(self, replica_id: int, value: Any, merge_fn: Callable[[List[Any]], List[Any]]) -> Any:
+        """Replica 0's element of `merge_fn(value on every replica)`; the others' elements are noted for their copies."""
+        del replica_id  # always replica 0: the only one whose Python runs
+        values = [value] + [self._replica_tensor(r, value, copy=True) for r in range(1, self.num_replicas)]
+        outputs = merge_fn(values)
+        self._mark_built_between(values, outputs)
+        for replica in range(1, self.num_replicas):
+            self._tensors[replica][outputs[0].ref()] = outputs[replica]
+        self.num_reductions += 1
+        return outputs[0]
+
+    def _mark_built_between(self, values: List[tf.Tensor], outputs: List[tf.Tensor]) -> None:
+        """Notes the reduction's ops (from `values` to `outputs`) as the stamper's: no replica copies them."""
+        stop = {_tf_internal.op_id(v.op) for v in values}
+        stack = [t.op for t in outputs]
+        while stack:
+            op = stack.pop()
+            op_id = _tf_internal.op_id(op)
+            if op_id in stop or op_id in self._own_ids or op_id < self._first_id:
+                continue
+            self._own_ids.add(op_id)
+            stack.extend(x.op for x in op.inputs)
+            stack.extend(op.control_inputs)
+
+    def build_update(self, build: Callable[[], Any], optimizer: Any) -> Any:
+        """Replica 0's optimizer update: built once, run once (the other replicas never build one)."""
+        del optimizer
+        return build()
+
+    # ---- copies ------------------------------------------------------------------------------------------------
+
+    def to_replica(self, replica: int, structure: Any) -> Any:
+        """`structure` (of replica 0's tensors) as `replica` computes it: its tensors are copied onto the replica.
+
+        Operations and other leaves are kept (replica 0's).
+        """
+        tensors = _tensors_of(structure)
+        self._copy(replica, [t.op for t in tensors])
+        flat = tf.nest.flatten(structure, expand_composites=True)
+        mapped = [self._replica_tensor(replica, t) if isinstance(t, tf.Tensor) else t for t in flat]
+        return tf.nest.pack_sequence_as(structure, mapped, expand_composites=True)
+
+    def _replica_tensor(self, replica: int, tensor: tf.Tensor, copy: bool = False) -> tf.Tensor:
+        mapped = self._tensors[replica].get(tensor.ref())
+        if mapped is not None:
+            return mapped
+        if copy:
+            self._copy(replica, [tensor.op])
+        copied = self._copies[replica].get(_tf_internal.op_id(tensor.op))
+        return copied.outputs[tensor.value_index] if copied is not None else tensor
+
+    def _shared(self, op: tf.Operation) -> bool:
+        """Whether every replica uses replica 0's `op` itself (see the module docstring)."""
+        op_id = _tf_internal.op_id(op)
+        if op_id < self._first_id or op_id in self._own_ids:
+            return True
+        if not op.inputs and op.op_def.is_stateful:
+            return True
+        if self._context is not None and not _within(_tf_internal.op_control_flow_context(op), self._context):
+            return True
+        return (
+            op.type in _ENTER_OPS
+            and self._loop_frame is not None
+            and op.get_attr("frame_name").decode() == self._loop_frame
+        )
+
+    def _slice(self, replica: int, roots: Sequence[tf.Operation]) -> Dict[int, tf.Operation]:
+        """The ops of replica 0 that `roots` depend on and `replica` has no copy of yet, by op id."""
+        tensors, copies = self._tensors[replica], self._copies[replica]
+        todo = {}
+        stack = list(roots)
+        while stack:
+            op = stack.pop()
+            op_id = _tf_internal.op_id(op)
+            if op_id in todo or op_id in copies or self._shared(op):
+                continue
+            todo[op_id] = op
+            stack.extend(x.op for x in op.inputs if x.ref() not in tensors)
+            stack.extend(op.control_inputs)
+        return todo
+
+    def _copy(self, replica: int, roots: Sequence[tf.Operation]) -> None:
+        """Copies onto `replica` the ops of replica 0 that `roots` depend on (those not copied yet)."""
+        todo = self._slice(replica, roots)
+        if not todo:
+            return
+        order = [todo[op_id] for op_id in sorted(todo)]
+        graph_def = graph_pb2.GraphDef()
+        graph_def.versions.CopyFrom(self.graph.graph_def_versions)
+        input_map = {}
+        external_controls = {}
+        colocations = {}
+        for op in order:
+            node = graph_def.node.add()
+            node.CopyFrom(op.node_def)
+            del node.input[:]
+            for x in op.inputs:
+                if _tf_internal.op_id(x.op) in todo:
+                    node.input.append(x.op.name if x.value_index == 0 else "%s:%d" % (x.op.name, x.value_index))
+                else:
+                    node.input.append(x.name)
+                    input_map[x.name] = self._replica_tensor(replica, x)
+            controls = []
+            for control in op.control_inputs:
+                if _tf_internal.op_id(control) in todo:
+                    node.input.append("^" + control.name)
+                else:
+                    controls.append(self._copies[replica].get(_tf_internal.op_id(control), control))
+            if controls:
+                external_controls[op.name] = controls
+            colocations[op.name] = self._place(node, op, replica, todo)
+        prefix = "replica_%d" % replica
+        graph = self.graph
+        # The copies are built in the build's own context, whatever replica 0's build is in now (a cond, a
+        # gradient): each is then put in the context its original is in. Their outputs are known to the context
+        # beforehand, so that a copy whose input is another copy (a loop's back edge) does not enter it again.
+        names = ["%s/%s:%d" % (prefix, op.name, i) for op in order for i in range(len(op.outputs))]
+        with graph.control_dependencies(None):
+            _tf_internal.set_control_flow_context(graph, self._context)
+            _tf_internal.add_values_to_control_flow_context(self._context, names)
+            with graph.colocate_with(None, ignore_existing=True), graph.device(None):
+                copies = tf.graph_util.import_graph_def(
+                    graph_def,
+                    input_map=input_map,
+                    return_elements=[op.name for op in order],
+                    name=prefix + "/",
+                )
+        for op, copy in zip(order, copies):
+            self._own_ids.add(_tf_internal.op_id(copy))
+            self._copies[replica][_tf_internal.op_id(op)] = copy
+        for op, copy in zip(order, copies):
+            _tf_internal.adopt_into_control_flow_context(copy, _tf_internal.op_control_flow_context(op))
+            if op.name in external_controls:
+                _tf_internal.add_control_inputs(
+                    copy, [c for c in external_controls[op.name] if c not in copy.control_inputs]
+                )
+            groups = colocations[op.name]
+            if groups:
+                mapped = []
+                for name in groups:
+                    target = graph.get_operation_by_name(name)
+                    target = self._copies[replica].get(_tf_internal.op_id(target), target)
+                    mapped.append(b"loc:@" + target.name.encode())
+                copy._set_attr("_class", attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=mapped)))
+
+    def _place(self, node, op: tf.Operation, replica: int, todo: Dict[int, tf.Operation]) -> List[str]:
+        """Sets the copy's device, loop frame and op seed; returns the names of the ops it is colocated with.
+
+        A copy goes where the replica's own build would have put it: on the replica's device when replica 0's op
+        got its device from the replica's device scope; where the op is when `model_fn` placed it itself (an
+        `outside_compilation` on the host) or colocated it with a shared op (a variable); next to the copy of an
+        op of replica 0 it is colocated with.
+        """
+        groups = []
+        if "_class" in node.attr:
+            groups = [g.decode()[len("loc:@") :] for g in node.attr["_class"].list.s if g.decode() != "loc:@" + op.name]
+            del node.attr["_class"]
+        devices = self._copy_devices[replica]
+        if groups:
+            target = _tf_internal.op_id(self.graph.get_operation_by_name(groups[0]))
+            if target in devices:
+                node.device = devices[target]
+        elif node.device and _tf_internal.device_scope_depth(op) <= self.replica_scope_depth:
+            placed = self._placed.get(node.device)
+            if placed is None:
+                placed = self._placed[node.device] = tf.DeviceSpec.from_string(node.device).to_string()
+            if placed == self._device_of_replica0:
+                node.device = self.devices[replica]
+        devices[_tf_internal.op_id(op)] = node.device
+        if op.type in _ENTER_OPS:
+            node.attr["frame_name"].s = ("replica_%d/" % replica).encode() + node.attr["frame_name"].s
+        if "seed2" in node.attr and "seed" in node.attr and op.op_def.is_stateful:
+            if node.attr["seed"].i or node.attr["seed2"].i:
+                node.attr["seed2"].i = (node.attr["seed2"].i + replica * _SEED_STRIDE) % (2**31 - 1)
+        return groups
+
+
+class StampedBuild(NamedTuple):
+    """What `stamp_replicas` built: replica 0's `fn` result, the reductions, and the map to other replicas.
+
+    Attributes:
+      output: what `fn(0)` returned.
+      num_reductions: the cross-replica reductions built.
+      to_replica: `to_replica(replica, structure)`: a structure of replica 0's tensors as `replica` computes it.
+    """
+
+    output: Any
+    num_reductions: int
+    to_replica: Callable[[int, Any], Any]
+
+
+def stamp_replicas(fn: Callable[[int], Any], devices: Sequence[str], replica_inputs: Sequence[Any]) -> StampedBuild:
+    """Builds `fn(0)` once, on `devices[0]`, and copies what the other replicas need onto their devices.
+
+    Args:
+      fn: builds replica 0 from `replica_inputs[0]`; called once, with replica id 0, in a replica context (see
+        `replication.cross_replica_sum`).
+      devices: one device per replica, all in this process.
+      replica_inputs: per replica, the tensors `fn` reads as its inputs (the same structure for every replica):
+        a copy reads its replica's own where replica 0's read `replica_inputs[0]`.
+
+    Returns:
+      A `StampedBuild`.
+
+    Raises:
+      ValueError: the replicas' inputs differ in structure.
+      Whatever `fn` raised.
+    """
+    graph = tf.compat.v1.get_default_graph()
+    stamper = _Stamper(graph, devices, replica_inputs)
+    context = replication.ReplicaContext(0, len(devices), devices[0], stamper)
+    with replication.building_replica(context):
+        stamper.replica_scope_depth = _tf_internal.graph_device_scope_depth(graph)
+        output = fn(0)
+    return StampedBuild(output, stamper.num_reductions, stamper.to_replica)
