@@ -412,5 +412,10 @@ def device_scope_depth(op: tf.Operation) -> int:
     return len(op._device_code_locations or ())
 
 
+def update_input(op: tf.Operation, index: int, tensor: tf.Tensor) -> None:
+    """Makes `tensor` the op's input `index` (the graph edge is replaced)."""
+    op._update_input(index, tensor)
+
+
 def add_control_inputs(op: tf.Operation, control_inputs: Sequence[tf.Operation]) -> None:
     op._add_control_inputs(list(control_inputs))

@@ -5,9 +5,11 @@ user's Python runs once. Every other replica gets a copy of the ops it needs (th
 and its outputs depend on), with replica 0's inputs replaced by its own, on its own device. A copy costs a
 fraction of a build (no model Python, no gradient construction), so setup grows slowly with the shards.
 
-A cross-replica reduction is where replicas meet: when replica 0's build reaches one, each other replica's copy of
-the reduced value is made (the ops it depends on that are not copied yet), the reduction is built from all of
-them, and replica 0's build goes on with its element of the result; the later copies use their own element.
+A cross-replica reduction is where replicas meet. Replica 0's build goes on with a stand-in for its element of
+the sum (an identity, re-pointed at the sum once it is built); the sums are built together when something needs
+one (a copy that reads a sum, the mapping of the outputs, the end of the build): each other replica's copy of the
+reduced values is made in one graph import (the ops they depend on that are not copied yet), then the sums. The
+200 gradient sums of a BERT-base `apply_gradients` cost one import per replica, not 200.
 
 Shared instead of copied: ops built before the replicas, ops that create state (variables, tables, queues:
 stateful ops without inputs), the loop invariants entered into the loop the replicas are built in, and ops
@@ -16,7 +18,7 @@ when a replica's outputs depend on it, as when each replica was built by its own
 ops get another op seed on each replica, so the replicas draw different numbers (dropout masks).
 """
 
-from typing import Any, Callable, Dict, List, NamedTuple, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2
@@ -40,6 +42,15 @@ def _within(context, ancestor) -> bool:
     return False
 
 
+class _PendingReduction(NamedTuple):
+    """A reduction replica 0 asked for: built with the others of its batch by `_Stamper.build_reductions`."""
+
+    value: tf.Tensor  # replica 0's value
+    merge_fn: Callable[[List[tf.Tensor]], List[tf.Tensor]]
+    result: tf.Tensor  # replica 0's stand-in for its element of the sum
+    context: Any  # the control-flow context replica 0 asked in
+
+
 class _Stamper(object):
     """Copies replica 0's ops onto the other replicas and builds the reductions between them.
 
@@ -57,6 +68,8 @@ class _Stamper(object):
         self._context = _tf_internal.control_flow_context(graph)
         self._loop_frame = _tf_internal.while_frame_name(self._context)
         self._own_ids = set()  # the ops this stamper built: copies and reductions
+        self._pending = []  # reductions not built yet (`_PendingReduction`), in call order
+        self._pending_ids = set()  # the op ids of their stand-ins
         self._tensors = [dict() for _ in self.devices]  # per replica: replica 0's tensor (ref) -> the replica's
         self._copies = [dict() for _ in self.devices]  # per replica: replica 0's op id -> the replica's copy
         self._device_of_replica0 = tf.DeviceSpec.from_string(self.devices[0]).to_string()
@@ -78,15 +91,47 @@ class _Stamper(object):
     # ---- the coordinator of replica 0's build ------------------------------------------------------------------
 
     def reduce(self, replica_id: int, value: Any, merge_fn: Callable[[List[Any]], List[Any]]) -> Any:
-        """Replica 0's element of `merge_fn(value on every replica)`; the others' elements are noted for their copies."""
+        """Replica 0's element of `merge_fn(value on every replica)`, built later (`build_reductions`).
+
+        Replica 0's build goes on with a stand-in, an identity that is re-pointed at its element of the sum when
+        the sum is built: the reductions of one `apply_gradients` are then built together, with one copy of the
+        ops they need per replica (a copy per reduction would cost one graph import each).
+        """
         del replica_id  # always replica 0: the only one whose Python runs
-        values = [value] + [self._replica_tensor(r, value, copy=True) for r in range(1, self.num_replicas)]
-        outputs = merge_fn(values)
-        self._mark_built_between(values, outputs)
-        for replica in range(1, self.num_replicas):
-            self._tensors[replica][outputs[0].ref()] = outputs[replica]
+        result = tf.identity(value)
+        self._pending.append(_PendingReduction(value, merge_fn, result, _tf_internal.control_flow_context(self.graph)))
+        self._pending_ids.add(_tf_internal.op_id(result.op))
         self.num_reductions += 1
-        return outputs[0]
+        return result
+
+    def build_reductions(self) -> None:
+        """Builds the pending reductions: the replicas' copies of their values, the sums, the stand-ins' inputs."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        values = [reduction.value.op for reduction in pending]
+        if any(self._slice(replica, values)[1] for replica in range(1, self.num_replicas)):
+            batches = [[reduction] for reduction in pending]  # a value needs an earlier sum: one at a time
+        else:
+            batches = [pending]
+        graph = self.graph
+        for batch in batches:
+            for replica in range(1, self.num_replicas):
+                self._copy(replica, [reduction.value.op for reduction in batch])
+            with graph.control_dependencies(None), graph.colocate_with(None, ignore_existing=True):
+                for reduction in batch:
+                    _tf_internal.set_control_flow_context(graph, reduction.context)
+                    values = [reduction.value] + [
+                        self._replica_tensor(r, reduction.value) for r in range(1, self.num_replicas)
+                    ]
+                    outputs = reduction.merge_fn(values)
+                    self._mark_built_between(values, outputs)
+                    _tf_internal.update_input(reduction.result.op, 0, outputs[0])
+                    result_id = _tf_internal.op_id(reduction.result.op)
+                    self._own_ids.add(result_id)
+                    self._pending_ids.discard(result_id)
+                    for replica in range(1, self.num_replicas):
+                        self._tensors[replica][reduction.result.ref()] = outputs[replica]
 
     def _mark_built_between(self, values: List[tf.Tensor], outputs: List[tf.Tensor]) -> None:
         """Notes the reduction's ops (from `values` to `outputs`) as the stamper's: no replica copies them."""
@@ -113,18 +158,17 @@ class _Stamper(object):
 
         Operations and other leaves are kept (replica 0's).
         """
+        self.build_reductions()
         tensors = _tensors_of(structure)
         self._copy(replica, [t.op for t in tensors])
         flat = tf.nest.flatten(structure, expand_composites=True)
         mapped = [self._replica_tensor(replica, t) if isinstance(t, tf.Tensor) else t for t in flat]
         return tf.nest.pack_sequence_as(structure, mapped, expand_composites=True)
 
-    def _replica_tensor(self, replica: int, tensor: tf.Tensor, copy: bool = False) -> tf.Tensor:
+    def _replica_tensor(self, replica: int, tensor: tf.Tensor) -> tf.Tensor:
         mapped = self._tensors[replica].get(tensor.ref())
         if mapped is not None:
             return mapped
-        if copy:
-            self._copy(replica, [tensor.op])
         copied = self._copies[replica].get(_tf_internal.op_id(tensor.op))
         return copied.outputs[tensor.value_index] if copied is not None else tensor
 
@@ -143,24 +187,31 @@ class _Stamper(object):
             and op.get_attr("frame_name").decode() == self._loop_frame
         )
 
-    def _slice(self, replica: int, roots: Sequence[tf.Operation]) -> Dict[int, tf.Operation]:
-        """The ops of replica 0 that `roots` depend on and `replica` has no copy of yet, by op id."""
+    def _slice(self, replica: int, roots: Sequence[tf.Operation]) -> Tuple[Dict[int, tf.Operation], bool]:
+        """The ops of replica 0 that `roots` depend on and `replica` has no copy of yet, by op id; and whether
+        they depend on a reduction not built yet."""
         tensors, copies = self._tensors[replica], self._copies[replica]
         todo = {}
+        needs_pending = False
         stack = list(roots)
         while stack:
             op = stack.pop()
             op_id = _tf_internal.op_id(op)
             if op_id in todo or op_id in copies or self._shared(op):
                 continue
+            if op_id in self._pending_ids:
+                needs_pending = True
+                continue
             todo[op_id] = op
             stack.extend(x.op for x in op.inputs if x.ref() not in tensors)
             stack.extend(op.control_inputs)
-        return todo
+        return todo, needs_pending
 
     def _copy(self, replica: int, roots: Sequence[tf.Operation]) -> None:
         """Copies onto `replica` the ops of replica 0 that `roots` depend on (those not copied yet)."""
-        todo = self._slice(replica, roots)
+        todo, needs_pending = self._slice(replica, roots)
+        if needs_pending:
+            raise AssertionError("stamping: copying ops that need a reduction not built yet")
         if not todo:
             return
         order = [todo[op_id] for op_id in sorted(todo)]
@@ -291,4 +342,5 @@ def stamp_replicas(fn: Callable[[int], Any], devices: Sequence[str], replica_inp
     with replication.building_replica(context):
         stamper.replica_scope_depth = _tf_internal.graph_device_scope_depth(graph)
         output = fn(0)
+        stamper.build_reductions()
     return StampedBuild(output, stamper.num_reductions, stamper.to_replica)

@@ -170,3 +170,56 @@ def test_copied_loops_run_in_frames_of_their_own():
             values = session.run(outputs)
     assert len(frames) == 2 and any(f.startswith(b"replica_1/") for f in frames)
     assert values == [3.0, 6.0]
+
+
+def test_the_gradient_sums_of_one_update_cost_one_import_per_replica(monkeypatch):
+    imports = []
+    real_import = tf.graph_util.import_graph_def
+
+    def counting_import(*args, **kwargs):
+        imports.append(kwargs.get("name"))
+        return real_import(*args, **kwargs)
+
+    monkeypatch.setattr(tf.graph_util, "import_graph_def", counting_import)
+
+    def fn(replica_id):
+        x = inputs[replica_id]
+        weights = [tf.compat.v1.get_variable("w%d" % i, initializer=tf.constant(W)) for i in range(10)]
+        loss = tf.add_n([tf.reduce_sum(tf.matmul(x, w)) for w in weights])
+        optimizer = te.CrossShardOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(1.0), reduction=tf.compat.v1.losses.Reduction.SUM
+        )
+        return optimizer.minimize(loss), weights
+
+    with tf.Graph().as_default() as graph:
+        inputs = [tf.constant(x) for x in INPUTS]
+        built = stamping.stamp_replicas(fn, DEVICES, inputs)
+        train_op, weights = built.output
+        with _session(graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train_op)
+            trained = session.run(weights)
+    assert built.num_reductions == 10
+    assert sorted(imports) == ["replica_1/", "replica_2/"]  # one import per replica for the 10 sums
+    # d(sum(x w))/dw = x^T 1, summed over the replicas' inputs.
+    gradient = sum(x.T @ np.ones((1, 2), np.float32) for x in INPUTS)
+    for value in trained:
+        np.testing.assert_allclose(value, W - gradient, rtol=1e-6)
+
+
+def test_a_sum_of_a_value_that_needs_an_earlier_sum():
+    def fn(replica_id):
+        x = tf.reduce_sum(inputs[replica_id])
+        first = te.cross_replica_sum(x)
+        return first, te.cross_replica_sum(first * x)
+
+    with tf.Graph().as_default() as graph:
+        inputs = [tf.constant(x) for x in INPUTS]
+        built = stamping.stamp_replicas(fn, DEVICES, inputs)
+        outputs = [built.output] + [built.to_replica(r, built.output) for r in (1, 2)]
+        with _session(graph) as session:
+            values = session.run(outputs)
+    sums = [float(x.sum()) for x in INPUTS]
+    for first, second in values:
+        np.testing.assert_allclose(first, sum(sums), rtol=1e-6)
+        np.testing.assert_allclose(second, sum(sums) * sum(sums), rtol=1e-6)
