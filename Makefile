@@ -13,6 +13,8 @@ STAMP_TF215 := $(VENV_TF215)/.installed
 PYTEST_ARGS ?= tests
 # Tests marked `upstream` use tensorflow_estimator (TF 2.15's TPUEstimator) as an oracle: TF 2.15 leg only.
 TEST_ENV := TF_CPP_MIN_LOG_LEVEL=2
+# Each leg ends with its slowest tests, so a leg that grows shows where the time went.
+DURATIONS := --durations=15
 
 .PHONY: demo test lint test-tf221 test-tf215 test-tf215-our-core conformance install install-tf215 clean
 
@@ -49,14 +51,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 test-tf221: $(STAMP)
-	$(TEST_ENV) $(PY) -m pytest -m "not upstream" $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest $(DURATIONS) -m "not upstream" $(PYTEST_ARGS)
 
 test-tf215: $(STAMP_TF215)
-	$(TEST_ENV) $(PY_TF215) -m pytest $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY_TF215) -m pytest $(DURATIONS) $(PYTEST_ARGS)
 
 # TPUEstimator's tests on our Estimator core where upstream's also runs: the same suite as the oracle of the core.
 test-tf215-our-core: $(STAMP_TF215)
-	$(TEST_ENV) TPU_ESTIMATOR_CORE=ours $(PY_TF215) -m pytest -m "not upstream" tests/estimator tests/compat tests/estimator_core
+	$(TEST_ENV) TPU_ESTIMATOR_CORE=ours $(PY_TF215) -m pytest $(DURATIONS) -m "not upstream" tests/estimator tests/compat tests/estimator_core
 
 # The conformance suite beyond make test's pairwise array (docs/CONFORMANCE.md): CONFORMANCE=full (the whole product)
 # or CONFORMANCE=sample:N (N cases drawn with a fixed seed), on TF 2.15 with upstream's CPU path as an oracle.
