@@ -58,7 +58,7 @@ def eval_input_fn(params):
 
 
 def model_fn(features, labels, mode, params):
-    # Called once per shard with params["batch_size"] = the per-shard batch; features["user"] and
+    # Traced once for all shards, with params["batch_size"] = the per-shard batch; features["user"] and
     # features["item"] hold the looked-up activations, which input_layer (or DenseFeatures) reads like any column.
     net = tf.compat.v1.feature_column.input_layer(features, EMBEDDING_COLUMNS + [PRICE])
     net = tf.compat.v1.layers.dense(net, 16, activation=tf.nn.relu)
