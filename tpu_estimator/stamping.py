@@ -109,11 +109,13 @@ class _Stamper(object):
         pending, self._pending = self._pending, []
         if not pending:
             return
-        values = [reduction.value.op for reduction in pending]
-        if any(self._slice(replica, values)[1] for replica in range(1, self.num_replicas)):
-            batches = [[reduction] for reduction in pending]  # a value needs an earlier sum: one at a time
-        else:
-            batches = [pending]
+        # A batch holds reductions whose values were all built before its first stand-in: none can read a sum of
+        # its own batch. A value built after a stand-in (cross-replica batch norm, a sum of a sum) starts a batch.
+        batches = [[pending[0]]]
+        for reduction in pending[1:]:
+            if _tf_internal.op_id(reduction.value.op) > _tf_internal.op_id(batches[-1][0].result.op):
+                batches.append([])
+            batches[-1].append(reduction)
         graph = self.graph
         for batch in batches:
             for replica in range(1, self.num_replicas):

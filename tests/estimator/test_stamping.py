@@ -223,3 +223,51 @@ def test_a_sum_of_a_value_that_needs_an_earlier_sum():
     for first, second in values:
         np.testing.assert_allclose(first, sum(sums), rtol=1e-6)
         np.testing.assert_allclose(second, sum(sums) * sum(sums), rtol=1e-6)
+
+
+def test_sums_in_the_forward_pass_and_the_gradient_sums_are_built_in_few_imports(monkeypatch):
+    """A cross-replica mean in the forward pass (as cross-replica batch norm) needs its sum before the gradients'
+    values exist: its batch is built first, and the gradient sums of the update still share one import."""
+    imports = []
+    real_import = tf.graph_util.import_graph_def
+
+    def counting_import(*args, **kwargs):
+        imports.append(kwargs.get("name"))
+        return real_import(*args, **kwargs)
+
+    monkeypatch.setattr(tf.graph_util, "import_graph_def", counting_import)
+
+    def fn(replica_id):
+        x = inputs[replica_id]
+        weights = [tf.compat.v1.get_variable("w%d" % i, initializer=tf.constant(W)) for i in range(6)]
+        h = tf.matmul(x, weights[0])
+        h = h - te.cross_replica_sum(tf.reduce_sum(h, axis=0)) / 3.0  # the mean over the 3 replicas' rows
+        loss = tf.add_n([tf.reduce_sum(tf.matmul(h, w)) for w in weights[1:]])
+        optimizer = te.CrossShardOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(1.0), reduction=tf.compat.v1.losses.Reduction.SUM
+        )
+        return optimizer.minimize(loss), weights, loss
+
+    with tf.Graph().as_default() as graph:
+        inputs = [tf.constant(x) for x in INPUTS]
+        built = stamping.stamp_replicas(fn, DEVICES, inputs)
+        train_op, weights, loss = built.output
+        losses = [loss] + [built.to_replica(r, loss) for r in (1, 2)]
+        with _session(graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            before = session.run(losses)
+            session.run(train_op)
+            trained = session.run(weights)
+    # The forward sum, its gradient's sum in the backward pass, the 6 gradient sums (3 batches), the loss: 4 imports
+    # per replica (one per reduction would be 9).
+    assert built.num_reductions == 8
+    assert len([name for name in imports if name == "replica_1/"]) <= 4, imports
+    mean = sum(x @ W for x in INPUTS).sum(axis=0) / 3.0
+    centred = [x @ W - mean for x in INPUTS]
+    ones = np.ones((1, 2), np.float32)
+    for value, h in zip(before, centred):
+        np.testing.assert_allclose(value, 5 * float((h @ W).sum()), rtol=1e-5)
+    # d loss_total / d w_k (k >= 1) = sum over replicas of h_r^T 1.
+    gradient = sum(h.T @ ones for h in centred)
+    for value in trained[1:]:
+        np.testing.assert_allclose(value, W - gradient, rtol=1e-5, atol=1e-5)
