@@ -1,5 +1,8 @@
 """Replication: `model_fn` built once per shard on its device, with cross-replica reductions between them.
 
+This per-replica build serves clusters and `tpu.replicate`/`tpu.shard`; on one host, `model_fn` is traced once
+and the other replicas are copies of its ops (`stamping.py`, which uses the reductions and the optimizer below).
+
 On a TPU, `model_fn` is traced once and XLA runs it on every core; `cross_replica_sum` is an all-reduce between
 the running replicas. Here each replica is built as its own subgraph on its own device. The builds run in one
 thread per replica, one thread at a time: a replica that reaches a cross-replica reduction hands over to the

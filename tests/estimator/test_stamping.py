@@ -172,16 +172,7 @@ def test_copied_loops_run_in_frames_of_their_own():
     assert values == [3.0, 6.0]
 
 
-def test_the_gradient_sums_of_one_update_cost_one_import_per_replica(monkeypatch):
-    imports = []
-    real_import = tf.graph_util.import_graph_def
-
-    def counting_import(*args, **kwargs):
-        imports.append(kwargs.get("name"))
-        return real_import(*args, **kwargs)
-
-    monkeypatch.setattr(tf.graph_util, "import_graph_def", counting_import)
-
+def test_the_gradient_sums_of_one_update_cost_one_import_per_replica(imports):
     def fn(replica_id):
         x = inputs[replica_id]
         weights = [tf.compat.v1.get_variable("w%d" % i, initializer=tf.constant(W)) for i in range(10)]
@@ -225,17 +216,9 @@ def test_a_sum_of_a_value_that_needs_an_earlier_sum():
         np.testing.assert_allclose(second, sum(sums) * sum(sums), rtol=1e-6)
 
 
-def test_sums_in_the_forward_pass_and_the_gradient_sums_are_built_in_few_imports(monkeypatch):
+def test_sums_in_the_forward_pass_and_the_gradient_sums_are_built_in_few_imports(imports):
     """A cross-replica mean in the forward pass (as cross-replica batch norm) needs its sum before the gradients'
     values exist: its batch is built first, and the gradient sums of the update still share one import."""
-    imports = []
-    real_import = tf.graph_util.import_graph_def
-
-    def counting_import(*args, **kwargs):
-        imports.append(kwargs.get("name"))
-        return real_import(*args, **kwargs)
-
-    monkeypatch.setattr(tf.graph_util, "import_graph_def", counting_import)
 
     def fn(replica_id):
         x = inputs[replica_id]
@@ -271,3 +254,17 @@ def test_sums_in_the_forward_pass_and_the_gradient_sums_are_built_in_few_imports
     gradient = sum(h.T @ ones for h in centred)
     for value in trained[1:]:
         np.testing.assert_allclose(value, W - gradient, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def imports(monkeypatch):
+    """The name prefix of each `import_graph_def` call (one per copy made), in call order."""
+    calls = []
+    real_import = tf.graph_util.import_graph_def
+
+    def counting_import(*args, **kwargs):
+        calls.append(kwargs.get("name"))
+        return real_import(*args, **kwargs)
+
+    monkeypatch.setattr(tf.graph_util, "import_graph_def", counting_import)
+    return calls
