@@ -285,6 +285,36 @@ def test_malformed_lines_skipped_and_counted(tmp_path):
     assert counter.count == 6
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("num_pipelines", [1, 2])
+def test_malformed_lines_of_many_files_name_their_file_and_line(tmp_path, shuffle, num_pipelines):
+    # Line k of file f (0-based) is malformed when k == 2 + f: every file and line number differs.
+    paths = []
+    for f in range(4):
+        lines = _good_lines(7)
+        lines[2 + f] = f"garbage{f}"
+        path = tmp_path / f"part-{f}.tsv"
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(str(path))
+    messages = []
+    for pipeline in range(num_pipelines):
+        counter = criteo.MalformedLineCounter()
+        _collect(
+            criteo.criteo_tsv_dataset(
+                str(tmp_path / "part-*.tsv"),
+                5,
+                skip_malformed=True,
+                malformed_counter=counter,
+                shuffle=shuffle,
+                seed=3,
+                input_pipeline_id=pipeline,
+                num_pipelines=num_pipelines,
+            )
+        )
+        messages += counter.messages
+    assert sorted(messages) == [f"{paths[f]}:{3 + f}: expected 40 tab-separated fields, got 1" for f in range(4)]
+
+
 def test_tfrecord_round_trip_equals_tsv(tmp_path):
     gen = _gen(seed=4)
     gen.write_tsv_files(str(tmp_path / "tsv"), 2500, num_files=2)
