@@ -97,3 +97,29 @@ def test_tiny_program_runs_as_processes_and_reports_every_phase():
     for bound in ("compute_ours", "compute_upstream"):
         assert result["bounds"][bound]["evaluate_examples_per_sec"] > 0
         assert result["bounds"][bound]["predict_examples_per_sec"] > 0
+
+
+def test_compute_only_reads_the_input_once_before_the_program(monkeypatch, tmp_path):
+    import tensorflow as tf
+
+    p = pb.load_program("P_tiny")
+    batches_read = []
+    program_input_fn = pb._input_fn(p, None)
+
+    def counting_input_fn(params):
+        def count(*_):
+            batches_read.append(1)
+            return np.int64(0)
+
+        def counted(features, labels):
+            read = tf.numpy_function(count, [labels], tf.int64)
+            with tf.control_dependencies([read]):
+                return features, tf.identity(labels)
+
+        return program_input_fn(params).map(counted)
+
+    monkeypatch.setattr(pb, "_input_fn", lambda *_: counting_input_fn)
+    result = pb.run_compute_only(p, "ours", str(tmp_path / "model"), None)
+    # The pool's batches are read once, before training; training, evaluate() and predict() read the pool.
+    assert len(batches_read) == p.compute_pool_batches
+    assert result["examples_per_sec"] > 0 and result["evaluate_examples_per_sec"] > 0

@@ -390,18 +390,35 @@ def run_input_only(p: Program, tfrecord_path: Optional[str], batches: int = 300)
 
 
 def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_path: Optional[str]) -> Dict[str, Any]:
-    """The same program fed from `compute_pool_batches` batches cached in memory: the rates without input.
+    """The same program fed from `compute_pool_batches` batches cached before it runs: the rates without input.
 
-    Training as the program trains (setup, then the second `train()` measured); then `evaluate(steps=eval_steps)`
-    and `predict()` of `predict_batches` batches from the pool: `evaluate()`'s rate from its first `Session.run` to
-    the hooks' `end` (ours runs an evaluation in one run, then its metric updates; upstream runs one per step),
+    The pool is a `tf.data` file cache in `model_dir`, filled by reading the input once before the program starts
+    (an in-memory cache is filled by the measured pass itself, which then runs the input pipeline too). Training as
+    the program trains (setup, then the second `train()` measured); then `evaluate(steps=eval_steps)` and
+    `predict()` of `predict_batches` batches from the pool: `evaluate()`'s rate from its first `Session.run` to the
+    hooks' `end` (ours runs an evaluation in one run, then its metric updates; upstream runs one per step),
     `predict()`'s from the first prediction to the last.
     """
+    import tensorflow as tf
+
     input_fn = _input_fn(p, tfrecord_path)
+    pool_file = os.path.join(model_dir, "pool", "batches")
+    os.makedirs(os.path.dirname(pool_file), exist_ok=True)
+
+    def pool(params):
+        return input_fn(params).take(p.compute_pool_batches or p.total_steps).cache(pool_file)
+
+    with tf.Graph().as_default():
+        batch = tf.compat.v1.data.make_one_shot_iterator(pool({"batch_size": p.batch_size})).get_next()
+        with tf.compat.v1.Session() as session:
+            try:
+                while True:
+                    session.run(tf.nest.flatten(batch, expand_composites=True))
+            except tf.errors.OutOfRangeError:
+                pass
 
     def pooled_input_fn(params):
-        pool = p.compute_pool_batches or p.total_steps
-        return input_fn(params).take(pool).cache().repeat().prefetch(p.prefetch)
+        return pool(params).repeat().prefetch(p.prefetch)
 
     estimator = _estimator(p, implementation, model_dir)
     _train_phase(estimator, pooled_input_fn, p.first_steps, 0, p.batch_size)  # as the program: setup, then measure
