@@ -123,3 +123,23 @@ def test_compute_only_reads_the_input_once_before_the_program(monkeypatch, tmp_p
     # The pool's batches are read once, before training; training, evaluate() and predict() read the pool.
     assert len(batches_read) == p.compute_pool_batches
     assert result["examples_per_sec"] > 0 and result["evaluate_examples_per_sec"] > 0
+
+
+def test_time_to_first_step_ends_when_the_first_run_begins():
+    import time
+
+    class LoopEstimator:
+        """Setup takes 0.1 s; then one run of a loop of steps takes 0.3 s."""
+
+        def train(self, input_fn, max_steps, hooks):
+            (hook,) = hooks
+            time.sleep(0.1)
+            hook.after_create_session(None, None)
+            hook.before_run(None)
+            time.sleep(0.3)
+            hook.after_run(None, None)
+            hook.end(None)
+
+    phase = pb._train_phase(LoopEstimator(), None, max_steps=20, previous_steps=0, batch_size=8)
+    assert 0.1 <= phase["seconds_to_first_step"] < 0.25
+    assert phase["seconds"] >= 0.4 and phase["runs"] == 1
