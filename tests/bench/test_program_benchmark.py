@@ -44,6 +44,7 @@ def _fake_result(wall, loop, evaluate, predict):
 
 def test_ratios_are_taken_within_each_round(monkeypatch):
     walls = iter([10.0, 20.0, 30.0, 30.0, 5.0, 15.0])  # ours, upstream per round: ratios 2, 1, 3
+    pools = iter([50.0, 25.0, 50.0, 50.0, 20.0, 5.0])  # computation alone, ours, upstream per round: 2, 1, 4
     calls = []
 
     def fake_run_child(p, kind, implementation, interpreter, tfrecord_path, timeout=3600):
@@ -52,7 +53,7 @@ def test_ratios_are_taken_within_each_round(monkeypatch):
             rates = {"evaluate_examples_per_sec": 300.0, "predict_examples_per_sec": 200.0}
             if implementation == "upstream":
                 rates = {"evaluate_examples_per_sec": 100.0, "predict_examples_per_sec": 400.0}
-            return {"examples_per_sec": 50.0, "cores_busy": 1.0, **rates}
+            return {"examples_per_sec": next(pools), "cores_busy": 1.0, **rates}
         if kind != "program":
             return {"examples_per_sec": 100.0, "cores_busy": 1.0}
         wall = next(walls)
@@ -61,21 +62,44 @@ def test_ratios_are_taken_within_each_round(monkeypatch):
     monkeypatch.setattr(pb, "run_child", fake_run_child)
     interpreters = {"ours": pb.Interpreter(sys.executable), "upstream": pb.Interpreter(sys.executable)}
     result = pb.compare(pb.load_program("P_tiny"), 3, interpreters, log=lambda _: None)
-    assert calls[:6] == [("program", "ours"), ("program", "upstream")] * 3
-    assert sorted(calls[6:]) == [("compute", "ours"), ("compute", "upstream"), ("input", "ours")]
+    # Each round: the pair, then the computation alone of each; the input alone once at the end.
+    one_round = [("program", "ours"), ("program", "upstream"), ("compute", "ours"), ("compute", "upstream")]
+    assert calls == one_round * 3 + [("input", "ours")]
     wall = result["ratios"]["wall_upstream_over_ours"]
     assert wall["values"] == [2.0, 1.0, 3.0] and wall["median"] == 2.0
     assert result["ratios"]["loop_ours_over_upstream"]["values"] == [2.0, 1.0, 3.0]
     assert result["ratios"]["evaluate_upstream_over_ours"]["values"] == [2.0, 1.0, 3.0]
+    assert result["ratios"]["pool_compute_ours_over_upstream"]["values"] == [2.0, 1.0, 4.0]
+    # Ours' loop per round (1000 / wall: 100, 1000/30, 200) over min(input 100, that round's pool 50, 50, 20).
+    np.testing.assert_allclose(result["ratios"]["loop_over_bound_ours"]["values"], [2.0, 2 / 3, 10.0])
     report = pb.markdown(result)
     assert "wall time upstream / ours **2.00 (1.00-3.00)**" in report
     assert "| wall time, whole process (s) | 10.0 (5.0-30.0) | 20.0 (15.0-30.0) |" in report
-    # Ours' loop median (1000/10 = 100) against min(input 100, compute 50).
-    assert "reaches 200% of min(input, compute) = 50" in report
     assert (
-        "`evaluate()` from the pool (examples/s, first run to the hooks' end): ours 300, upstream 100: 3.00x." in report
+        "Bounds (examples/s, median (range) of 3 pool runs, one per round): input pipeline alone 100; computation "
+        "alone (pool): ours 50 (20-50), upstream 25 (5-50); per-pair ratio ours / upstream 2.00 (1.00-4.00)."
+    ) in report
+    assert "Ours' loop over min(input alone, that round's computation alone): **200% (67%-1000%)**." in report
+    assert (
+        "`evaluate()` from the pool (examples/s, first run to the hooks' end): ours 300 (300-300), upstream "
+        "100 (100-100); per-pair ratio ours / upstream **3.00 (3.00-3.00)**." in report
     )
-    assert "`predict()` from the pool (examples/s, first prediction to last): ours 200, upstream 400: 0.50x." in report
+    assert "`predict()` from the pool (examples/s, first prediction to last): ours 200 (200-200)" in report
+    assert "per-pair ratio ours / upstream **0.50 (0.50-0.50)**." in report
+
+
+def test_bounds_only_run_one_pool_round(monkeypatch):
+    calls = []
+
+    def fake_run_child(p, kind, implementation, interpreter, tfrecord_path, timeout=3600):
+        calls.append((kind, implementation))
+        return {"examples_per_sec": 10.0, "evaluate_examples_per_sec": 5.0, "predict_examples_per_sec": 4.0}
+
+    monkeypatch.setattr(pb, "run_child", fake_run_child)
+    interpreters = {"ours": pb.Interpreter(sys.executable), "upstream": pb.Interpreter(sys.executable)}
+    result = pb.compare(pb.load_program("P_tiny"), 0, interpreters, log=lambda _: None)
+    assert calls == [("compute", "ours"), ("compute", "upstream"), ("input", "ours")]
+    assert "computation alone (pool): ours 10 (10-10), upstream 10 (10-10)" in pb.markdown(result)
 
 
 @pytest.mark.upstream
@@ -92,11 +116,12 @@ def test_tiny_program_runs_as_processes_and_reports_every_phase():
         assert run["predict"]["rows"] == p.predict_batches * p.batch_size
         # The second train() of ours runs (14 - 4) / 5 = 2 loops; upstream one step per run.
         assert run["second_train"]["runs"] == (2 if implementation == "ours" else 10)
-    for bound in ("input", "compute_ours", "compute_upstream"):
-        assert result["bounds"][bound]["examples_per_sec"] > 0, result["bounds"][bound]
-    for bound in ("compute_ours", "compute_upstream"):
-        assert result["bounds"][bound]["evaluate_examples_per_sec"] > 0
-        assert result["bounds"][bound]["predict_examples_per_sec"] > 0
+    assert result["bounds"]["input"]["examples_per_sec"] > 0, result["bounds"]["input"]
+    (pool_round,) = result["compute_rounds"]
+    for implementation in pb.IMPLEMENTATIONS:
+        for key in ("examples_per_sec", "evaluate_examples_per_sec", "predict_examples_per_sec"):
+            assert pool_round[implementation][key] > 0, pool_round[implementation]
+    assert len(result["ratios"]["loop_over_bound_ours"]["values"]) == 1
 
 
 def test_compute_only_reads_the_input_once_before_the_program(monkeypatch, tmp_path):

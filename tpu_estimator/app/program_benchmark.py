@@ -16,9 +16,11 @@ Rounds run `ours` then `upstream`, each a fresh process; the parent measures eac
 second `train()` (examples/sec between its `Session.run` calls after the first).
 
 Two bounds for the loop rate, measured in their own processes: the input pipeline alone (the `input_fn`'s
-dataset read by `get_next` in a while loop, as the training loop reads it) and the computation alone (the same
-program fed from its batches cached in memory, "the pool", none of them repeated). A loop that overlaps input and
-computation perfectly on separate cores reaches the smaller of the two.
+dataset read by `get_next` in a while loop, as the training loop reads it; once, after the rounds) and the
+computation alone (the same program fed from its batches, read into a file cache before it starts, "the pool",
+none of them repeated; ours and upstream after each round's pair, so that each round's loop is compared with a
+bound measured in the same state of the machine). A loop that overlaps input and computation perfectly on
+separate cores reaches the smaller of the two.
 
 Programs are YAML files in `configs/bench/P_*.yaml` (keys = `Program` fields). Run with
 `python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=5`.
@@ -573,6 +575,7 @@ def _compare_in_turn(
     tfrecord_path: Optional[str],
 ) -> Dict[str, Any]:
     rounds: List[Dict[str, Dict[str, Any]]] = []
+    compute_rounds: List[Dict[str, Dict[str, Any]]] = []
     for r in range(runs):
         round_results = {}
         for implementation in IMPLEMENTATIONS:
@@ -586,6 +589,10 @@ def _compare_in_turn(
                     f"{result['cpu_seconds']:.1f} s CPU, loop {result['loop_examples_per_sec'] or 0:,.0f} examples/s"
                 )
         rounds.append(round_results)
+        if bounds:
+            compute_rounds.append(_compute_round(p, interpreters, tfrecord_path, log, f"round {r + 1}/{runs}"))
+    if bounds and not runs:
+        compute_rounds.append(_compute_round(p, interpreters, tfrecord_path, log, "pool"))
     complete = [rr for rr in rounds if all("error" not in rr[i] for i in IMPLEMENTATIONS)]
     ratios = {
         "wall_upstream_over_ours": summary(
@@ -603,19 +610,47 @@ def _compare_in_turn(
     }
     result = {"program": dataclasses.asdict(p), "rounds": rounds, "ratios": ratios}
     if bounds:
-        result["bounds"] = {
-            "input": run_child(p, "input", "ours", interpreters["ours"], tfrecord_path),
-            **{
-                f"compute_{implementation}": run_child(
-                    p, "compute", implementation, interpreters[implementation], tfrecord_path
-                )
-                for implementation in IMPLEMENTATIONS
-            },
-        }
-        log(
-            "bounds: " + json.dumps({k: v.get("examples_per_sec", v.get("error")) for k, v in result["bounds"].items()})
-        )
+        result["compute_rounds"] = compute_rounds
+        result["bounds"] = {"input": run_child(p, "input", "ours", interpreters["ours"], tfrecord_path)}
+        log("input alone: " + json.dumps(result["bounds"]["input"].get("examples_per_sec")))
+        ratios.update(_pool_ratios(rounds, compute_rounds, result["bounds"]["input"].get("examples_per_sec")))
     return result
+
+
+def _compute_round(
+    p: Program,
+    interpreters: Dict[str, Interpreter],
+    tfrecord_path: Optional[str],
+    log: Callable[[str], None],
+    label: str,
+) -> Dict[str, Dict[str, Any]]:
+    """The computation alone (the pool), ours then upstream, each in its own process."""
+    out = {}
+    for implementation in IMPLEMENTATIONS:
+        out[implementation] = run_child(p, "compute", implementation, interpreters[implementation], tfrecord_path)
+        rate = out[implementation].get("examples_per_sec", out[implementation].get("error"))
+        log(f"{label} computation alone, {implementation}: {rate}")
+    return out
+
+
+def _pool_ratios(rounds, compute_rounds, input_rate: Optional[float]) -> Dict[str, Optional[Dict[str, float]]]:
+    """Per round: the pool rates ours / upstream, and ours' loop over min(input alone, that round's pool rate)."""
+    complete = [cr for cr in compute_rounds if all("error" not in cr[i] for i in IMPLEMENTATIONS)]
+
+    def ours_over_upstream(key):
+        return summary([cr["ours"][key] / cr["upstream"][key] for cr in complete if cr["ours"].get(key)])
+
+    loop_over_bound = []
+    for rr, cr in zip(rounds, compute_rounds):
+        loop, compute = rr["ours"].get("loop_examples_per_sec"), cr["ours"].get("examples_per_sec")
+        if loop and compute and input_rate:
+            loop_over_bound.append(loop / min(input_rate, compute))
+    return {
+        "pool_compute_ours_over_upstream": ours_over_upstream("examples_per_sec"),
+        "pool_evaluate_ours_over_upstream": ours_over_upstream("evaluate_examples_per_sec"),
+        "pool_predict_ours_over_upstream": ours_over_upstream("predict_examples_per_sec"),
+        "loop_over_bound_ours": summary(loop_over_bound),
+    }
 
 
 def _phase_ratio(rounds, phase: str) -> Optional[Dict[str, float]]:
@@ -683,30 +718,34 @@ def markdown(result: Dict[str, Any]) -> str:
     ]
     bounds = result.get("bounds")
     if bounds:
-        rates = {k: v.get("examples_per_sec") for k, v in bounds.items()}
+        compute_rounds = result["compute_rounds"]
+        input_rate = bounds["input"].get("examples_per_sec")
+        pool = {i: [cr[i] for cr in compute_rounds] for i in IMPLEMENTATIONS}
+
+        def rates(implementation, key, fmt="{:,.0f}"):
+            return cell(summary([r.get(key) for r in pool[implementation] if "error" not in r]), fmt)
+
         lines.append(
-            "Bounds (examples/s): input pipeline alone {}; computation alone (pool): ours {}, upstream {}.".format(
-                *(
-                    f"{rates[k]:,.0f}" if rates.get(k) else "failed"
-                    for k in ("input", "compute_ours", "compute_upstream")
-                )
-            )
+            f"Bounds (examples/s, median (range) of {len(compute_rounds)} pool runs, one per round): input pipeline "
+            f"alone {f'{input_rate:,.0f}' if input_rate else 'failed'}; computation alone (pool): ours "
+            f"{rates('ours', 'examples_per_sec')}, upstream {rates('upstream', 'examples_per_sec')}; per-pair ratio "
+            f"ours / upstream {cell(ratios['pool_compute_ours_over_upstream'], '{:.2f}')}."
         )
         spans = (
-            ("evaluate_examples_per_sec", "`evaluate()`", "first run to the hooks' end"),
-            ("predict_examples_per_sec", "`predict()`", "first prediction to last"),
+            ("evaluate_examples_per_sec", "evaluate", "`evaluate()`", "first run to the hooks' end"),
+            ("predict_examples_per_sec", "predict", "`predict()`", "first prediction to last"),
         )
-        for key, what, span in spans:
-            ours, upstream = (bounds.get(f"compute_{i}", {}).get(key) for i in IMPLEMENTATIONS)
-            if ours and upstream:
-                lines.append(
-                    f"{what} from the pool (examples/s, {span}): ours {ours:,.0f}, upstream "
-                    f"{upstream:,.0f}: {ours / upstream:.2f}x."
-                )
-        ours_loop = _per_impl(rounds, "ours", lambda r: r["loop_examples_per_sec"])
-        if ours_loop and rates.get("input") and rates.get("compute_ours"):
-            bound = min(rates["input"], rates["compute_ours"])
-            lines.append(f"Ours' loop reaches {ours_loop['median'] / bound:.0%} of min(input, compute) = {bound:,.0f}.")
+        for key, name, what, span in spans:
+            lines.append(
+                f"{what} from the pool (examples/s, {span}): ours {rates('ours', key)}, upstream "
+                f"{rates('upstream', key)}; per-pair ratio ours / upstream "
+                f"**{cell(ratios[f'pool_{name}_ours_over_upstream'], '{:.2f}')}**."
+            )
+        if ratios["loop_over_bound_ours"]:
+            lines.append(
+                "Ours' loop over min(input alone, that round's computation alone): "
+                f"**{cell(ratios['loop_over_bound_ours'], '{:.0%}')}**."
+            )
     return "\n".join(lines)
 
 
