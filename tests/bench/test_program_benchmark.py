@@ -76,7 +76,8 @@ def test_ratios_are_taken_within_each_round(monkeypatch):
     assert "wall time upstream / ours **2.00 (1.00-3.00)**" in report
     assert "| wall time, whole process (s) | 10.0 (5.0-30.0) | 20.0 (15.0-30.0) |" in report
     assert (
-        "Bounds (examples/s, median (range) of 3 pool runs, one per round): input pipeline alone 100; computation "
+        "Bounds (examples/s, median (range) of 3 pool run(s), one after each round's pair): input pipeline alone "
+        "100; computation "
         "alone (pool): ours 50 (20-50), upstream 25 (5-50); per-pair ratio ours / upstream 2.00 (1.00-4.00)."
     ) in report
     assert "Ours' loop over min(input alone, that round's computation alone): **200% (67%-1000%)**." in report

@@ -286,7 +286,7 @@ def test_malformed_lines_skipped_and_counted(tmp_path):
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-@pytest.mark.parametrize("num_pipelines", [1, 2])
+@pytest.mark.parametrize("num_pipelines", [1, 2, 5])  # 5 > 4 files: every pipeline reads every file
 def test_malformed_lines_of_many_files_name_their_file_and_line(tmp_path, shuffle, num_pipelines):
     # Line k of file f (0-based) is malformed when k == 2 + f: every file and line number differs.
     paths = []

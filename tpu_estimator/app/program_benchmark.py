@@ -12,7 +12,8 @@ sparse features), builds a `TPUEstimator`, calls `train(max_steps=first_steps)` 
 Rounds run `ours` then `upstream`, each a fresh process; the parent measures each process's wall time and CPU time
 (user + system, from `os.wait4`), so a round's pair shares the machine's state and is reported as a ratio
 (`upstream wall / ours wall`: above 1 ours is faster). The child reports its phases: import, the first `train()`
-(graph, session, first steps, checkpoints), the time from `train()` to the first step, and the loop rate of the
+(graph, session, first steps, checkpoints), the time from `train()` to its first step's start (its first
+`Session.run`), and the loop rate of the
 second `train()` (examples/sec between its `Session.run` calls after the first).
 
 Two bounds for the loop rate, measured in their own processes: the input pipeline alone (the `input_fn`'s
@@ -29,6 +30,7 @@ Programs are YAML files in `configs/bench/P_*.yaml` (keys = `Program` fields). R
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -406,8 +408,10 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
     import tensorflow as tf
 
     input_fn = _input_fn(p, tfrecord_path)
-    pool_file = os.path.join(model_dir, "pool", "batches")
-    os.makedirs(os.path.dirname(pool_file), exist_ok=True)
+    pool_dir = os.path.join(model_dir, "pool")
+    shutil.rmtree(pool_dir, ignore_errors=True)  # a pool of another program, or a partial one, is never reused
+    os.makedirs(pool_dir)
+    pool_file = os.path.join(pool_dir, "batches")
 
     def pool(params):
         return input_fn(params).take(p.compute_pool_batches or p.total_steps).cache(pool_file)
@@ -420,6 +424,7 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
                     session.run(tf.nest.flatten(batch, expand_composites=True))
             except tf.errors.OutOfRangeError:
                 pass
+    os.sync()  # the pool's pages are written back now, not while the loop is timed
 
     def pooled_input_fn(params):
         return pool(params).repeat().prefetch(p.prefetch)
@@ -555,11 +560,15 @@ def compare(
     bounds: bool = True,
     log: Callable[[str], None] = print,
 ) -> Dict[str, Any]:
-    """Runs the program `runs` times per implementation in turn (ours, upstream, ours, ...), then the bounds.
+    """Runs the program `runs` times per implementation in turn (ours, upstream, ours, ...), with the bounds.
+
+    With `bounds`, each round's pair is followed by the computation alone (the pool) of ours, then upstream's
+    (one such round when `runs` is 0), and the input pipeline alone runs once at the end.
 
     Returns:
-      `{'program', 'rounds': [{impl: result}], 'ratios': {...}, 'bounds': {...}}`; ratios are upstream / ours
-      per round (wall time: above 1 ours is faster; loop rate: ours / upstream).
+      `{'program', 'rounds': [{impl: result}], 'ratios': {...}}`, plus with `bounds` `'compute_rounds': [{impl:
+      result}]` and `'bounds': {'input': result}`. Ratios are per round: upstream / ours for times (above 1 ours
+      is faster), ours / upstream for rates, and ours' loop over min(input alone, that round's pool rate).
     """
     with tempfile.TemporaryDirectory(prefix="program_bench_data_") as workdir:
         tfrecord_path = write_tfrecords(p, workdir) if p.source == "tfrecord" else None
@@ -638,7 +647,13 @@ def _pool_ratios(rounds, compute_rounds, input_rate: Optional[float]) -> Dict[st
     complete = [cr for cr in compute_rounds if all("error" not in cr[i] for i in IMPLEMENTATIONS)]
 
     def ours_over_upstream(key):
-        return summary([cr["ours"][key] / cr["upstream"][key] for cr in complete if cr["ours"].get(key)])
+        return summary(
+            [
+                cr["ours"][key] / cr["upstream"][key]
+                for cr in complete
+                if cr["ours"].get(key) and cr["upstream"].get(key)
+            ]
+        )
 
     loop_over_bound = []
     for rr, cr in zip(rounds, compute_rounds):
@@ -725,8 +740,10 @@ def markdown(result: Dict[str, Any]) -> str:
         def rates(implementation, key, fmt="{:,.0f}"):
             return cell(summary([r.get(key) for r in pool[implementation] if "error" not in r]), fmt)
 
+        measured = sum(all("error" not in cr[i] for i in IMPLEMENTATIONS) for cr in compute_rounds)
+        per_round = ", one after each round's pair" if result["rounds"] else ""
         lines.append(
-            f"Bounds (examples/s, median (range) of {len(compute_rounds)} pool runs, one per round): input pipeline "
+            f"Bounds (examples/s, median (range) of {measured} pool run(s){per_round}): input pipeline "
             f"alone {f'{input_rate:,.0f}' if input_rate else 'failed'}; computation alone (pool): ours "
             f"{rates('ours', 'examples_per_sec')}, upstream {rates('upstream', 'examples_per_sec')}; per-pair ratio "
             f"ours / upstream {cell(ratios['pool_compute_ours_over_upstream'], '{:.2f}')}."
