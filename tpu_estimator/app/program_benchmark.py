@@ -735,10 +735,9 @@ def markdown(result: Dict[str, Any]) -> str:
     if bounds:
         compute_rounds = result["compute_rounds"]
         input_rate = bounds["input"].get("examples_per_sec")
-        pool = {i: [cr[i] for cr in compute_rounds] for i in IMPLEMENTATIONS}
 
-        def rates(implementation, key, fmt="{:,.0f}"):
-            return cell(summary([r.get(key) for r in pool[implementation] if "error" not in r]), fmt)
+        def rates(implementation, key):
+            return cell(_per_impl(compute_rounds, implementation, lambda r: r.get(key)), "{:,.0f}")
 
         measured = sum(all("error" not in cr[i] for i in IMPLEMENTATIONS) for cr in compute_rounds)
         per_round = ", one after each round's pair" if result["rounds"] else ""
