@@ -5,20 +5,24 @@ One step, top to bottom (`EvalLoop._step`):
 1. read inputs: each replica's `(features, labels)` (`input_pipeline.py`);
 2. embedding lookup: the step's activations, tables read-only (`embedding_bridge.py`);
 3. replicate `model_fn` on every replica (`sharded_step.replicate_model_fn`);
-4. host calls: the `eval_metrics` tensors of every replica, concatenated, are queued on the host
-   (`host_calls.HostCallOutfeed`); replica 0's loss is summed.
+4. metrics: the `eval_metrics` tensors of every replica, concatenated on the host, go through `eval_metrics`'
+   function, whose update ops run in the step, so every metric sees every step's rows as upstream's outfeed thread
+   makes it see them; replica 0's loss is summed, and a counter of the steps read advances.
 
-After the loop, `eval_metrics`' function is called once on a dequeue of that queue, and its update ops run once per
-queued step (`EvalMetricsDrainHook`), so every metric sees every step's rows as upstream's outfeed thread makes it
-see them. The reported loss is replica 0's, averaged over the loop (upstream: `outputs_from_all_shards=False`).
-The Estimator's evaluation step counter advances by N per run, so its `StopAfterNEvalsHook` stops after the one
-run and evaluation hooks see one `Session.run` for the N steps (upstream's `_SetEvalIterationsHook`).
+`eval_metrics`' function is called twice: in the loop body, where its update ops run once per step, and once after
+the loop, on placeholders of the same shapes, for the value ops the Estimator reads. Its variables are created
+outside the loop by the first call and handed, in order, to the second (`MetricVariables`), so both calls read and
+write the same variables. The reported loss is replica 0's, averaged over the loop (upstream:
+`outputs_from_all_shards=False`). The Estimator's evaluation step counter advances by N per run, so its
+`StopAfterNEvalsHook` stops after the one run and evaluation hooks see one `Session.run` for the N steps (upstream's
+`_SetEvalIterationsHook`).
 
-An input that ends before N steps fails the loop: `EvalMetricsDrainHook` raises `EvaluationInputEndedError` (a
+An input that ends before N steps fails the loop: `EvalLoopEndHook` raises `EvaluationInputEndedError` (a
 `ValueError`) saying how many steps were read (on a TPU such an evaluation hangs).
 """
 
-from typing import List, Optional
+import contextlib
+from typing import Iterator, List
 
 import tensorflow as tf
 
@@ -32,7 +36,7 @@ ModeKeys = _estimator_lib.ModeKeys
 
 
 class EvalLoop(object):
-    """Builds the EVAL graph on shards: the loop over N steps, the metrics on the host, and the hooks.
+    """Builds the EVAL graph on shards: the loop over N steps with the metric updates in it, and the hooks.
 
     Args:
       settings: what every mode on shards needs (`model_fn`, params, embedding spec, ...).
@@ -44,7 +48,9 @@ class EvalLoop(object):
         self._ctx = ctx
         self._pipeline = None
         self._bridge = None
-        self._metrics_outfeed = host_calls_lib.HostCallOutfeed(ctx.host_device, every_n_steps=1)
+        self._metric_variables = MetricVariables()
+        self._metric_inputs = None  # the concatenated `eval_metrics` tensors of the traced step
+        self._steps_read = None  # the local variable counting the steps that read a batch
         self._replica0_spec = None  # what replica 0's model_fn returned, once the step is traced
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
@@ -52,6 +58,14 @@ class EvalLoop(object):
         ctx = self._ctx
         self._pipeline, input_hooks = sharded_step.build_input_pipeline(self._settings, ctx, call_input_fn)
         self._bridge = sharded_step.embedding_bridge(self._settings, ctx)
+        with tf.device(ctx.host_device):
+            self._steps_read = tf.compat.v1.Variable(
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                name="evaluation_steps_read",
+            )
         iterations = hooks_lib.eval_loop_length_tensor()
         steps, total_loss = self._build_loop(iterations)
         if self._bridge is not None:
@@ -64,14 +78,12 @@ class EvalLoop(object):
             loss = tf.math.divide(total_loss, tf.cast(tf.maximum(steps, 1), tf.float32))
         hooks = list(input_hooks) + list(spec.evaluation_hooks or [])
         eval_metric_ops = None
-        drain = None
         if spec.eval_metrics is not None:
-            metrics = self._metrics_outfeed.call_on_dequeued(spec.eval_metrics)
-            # The Estimator runs each metric's update op with the loop; the real updates run after it, per step.
+            metrics = self._metric_values(spec.eval_metrics)
+            # The Estimator runs each metric's update op with the loop: the real updates ran in it, per step.
             loop_done = tf.group(loss)
             eval_metric_ops = {name: (value, loop_done) for name, (value, _) in metrics.items()}
-            drain = [update for _, update in metrics.values()]
-        hooks.append(EvalMetricsDrainHook(self._metrics_outfeed, drain))
+        hooks.append(EvalLoopEndHook(self._steps_read))
         return _estimator_lib.EstimatorSpec(
             mode=ModeKeys.EVAL,
             loss=loss,
@@ -101,46 +113,136 @@ class EvalLoop(object):
         if spec.loss is None:
             raise ValueError("model_fn must return loss in EVAL mode.")
         self._replica0_spec = spec
-        side_effects = []
+        with tf.device(self._ctx.host_device), tf.control_dependencies([spec.loss]):
+            side_effects = [self._steps_read.assign_add(1)]
         if spec.eval_metrics is not None:
-            enqueue, _ = self._metrics_outfeed.enqueue([s.eval_metrics for s in specs], step)
-            side_effects.append(enqueue)
+            side_effects.extend(self._metric_updates([s.eval_metrics for s in specs]))
         with tf.control_dependencies(side_effects):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
         return [step + 1, total_loss + loss]
+
+    def _metric_updates(self, per_replica_metrics) -> list:
+        """In the loop body: `eval_metrics`' function on every replica's rows; returns its update ops."""
+        host = self._ctx.host_device
+        self._metric_inputs = host_calls_lib.concat_over_replicas("eval_metrics", per_replica_metrics, host)
+        with tf.device(host), self._metric_variables.creating():
+            metric_fn_call = per_replica_metrics[0]
+            metrics = host_calls_lib.call(
+                metric_fn_call, host_calls_lib.pack_tensors(metric_fn_call, self._metric_inputs)
+            )
+        return [update for _, update in metrics.values()]
+
+    def _metric_values(self, metric_fn_call) -> dict:
+        """After the loop: `eval_metrics`' function again, on placeholders, over the loop's metric variables."""
+        with tf.device(self._ctx.host_device):
+            inputs = [
+                tf.compat.v1.placeholder(t.dtype, t.shape, name="eval_metrics_input_%d" % i)
+                for i, t in enumerate(self._metric_inputs)
+            ]
+            try:
+                with self._metric_variables.reusing():
+                    return host_calls_lib.call(metric_fn_call, host_calls_lib.pack_tensors(metric_fn_call, inputs))
+            except ValueError as e:
+                raise ValueError(
+                    "eval_metrics' function failed on its second call, after the evaluation loop: {} (on shards it is "
+                    "called in the loop for the updates and again after it for the metric values; create metric "
+                    "variables with tf.compat.v1.metrics, tf.keras.metrics or tf.Variable, not "
+                    "tf.compat.v1.get_variable)".format(e)
+                ) from e
+
+
+class MetricVariables(object):
+    """The variables of `eval_metrics`' function, shared by its call in the loop body and its call after the loop.
+
+    `creating()` (the call in the loop) creates each variable outside the loop, where its initial value must live,
+    and records it; `reusing()` (the call after the loop) hands out the recorded variables in creation order instead
+    of creating new ones.
+    """
+
+    def __init__(self):
+        self._variables = []
+
+    @contextlib.contextmanager
+    def creating(self) -> Iterator[None]:
+        """Variables created inside are created in the graph's root context and recorded."""
+
+        def create_outside_the_loop(next_creator, **kwargs):
+            with _tf_internal.outside_control_flow(), tf.control_dependencies(None):
+                variable = next_creator(**kwargs)
+            self._variables.append(variable)
+            return variable
+
+        with tf.compat.v1.variable_creator_scope(create_outside_the_loop):
+            yield
+
+    @contextlib.contextmanager
+    def reusing(self) -> Iterator[None]:
+        """Variables created inside are the recorded ones, in order.
+
+        Raises:
+          ValueError: the function created more or fewer variables than on its first call, or one of another dtype.
+        """
+        recorded = list(self._variables)
+        handed = []
+
+        def reuse(next_creator, **kwargs):
+            del next_creator
+            if len(handed) == len(recorded):
+                raise ValueError(
+                    "eval_metrics' function created more variables on its second call than on its first ({}): on "
+                    "shards it is called in the evaluation loop and again after it for the metric values, and must "
+                    "create the same variables each time.".format(len(recorded))
+                )
+            variable = recorded[len(handed)]
+            dtype = kwargs.get("dtype")
+            if dtype is not None and tf.as_dtype(dtype).base_dtype != variable.dtype.base_dtype:
+                raise ValueError(
+                    "eval_metrics' function created variable {} as {} on its first call and as {} on its second: it "
+                    "must create the same variables each time.".format(
+                        variable.name, variable.dtype.base_dtype.name, tf.as_dtype(dtype).name
+                    )
+                )
+            handed.append(variable)
+            return variable
+
+        with tf.compat.v1.variable_creator_scope(reuse):
+            yield
+        if len(handed) != len(recorded):
+            raise ValueError(
+                "eval_metrics' function created {} variables on its second call and {} on its first: on shards it is "
+                "called in the evaluation loop and again after it for the metric values, and must create the same "
+                "variables each time.".format(len(handed), len(recorded))
+            )
 
 
 class EvaluationInputEndedError(ValueError):
     """The evaluation input ended inside the loop: fewer batches than `evaluate(steps=...)`.
 
     Attributes:
-      steps_read: the steps of the loop that read a batch, or None when unknown (no `eval_metrics`).
+      steps_read: the steps of the loop that read a batch.
     """
 
-    def __init__(self, steps_read: Optional[int]):
+    def __init__(self, steps_read: int):
         self.steps_read = steps_read
-        read = "{} step(s)".format(steps_read) if steps_read is not None else "fewer steps than asked"
         super(EvaluationInputEndedError, self).__init__(
-            "The evaluation input ended after {} of a loop: on shards, evaluate(steps=N) runs its N steps in one "
+            "The evaluation input ended after {} step(s) of a loop: on shards, evaluate(steps=N) runs its N steps in one "
             "loop as on a TPU, so input_fn must yield at least N batches (N = the `steps` given). Pass steps <= the "
-            "number of batches, or .repeat() the dataset.".format(read)
+            "number of batches, or .repeat() the dataset.".format(steps_read)
         )
 
 
-class EvalMetricsDrainHook(host_calls_lib.SummaryWritersHook):
-    """After each evaluation loop, runs the metric updates once per step the loop queued; checks the loop ended.
+class EvalLoopEndHook(host_calls_lib.SummaryWritersHook):
+    """Checks that each evaluation loop ended: an input that ended inside it raises with the steps it read.
 
     Args:
-      outfeed: the loop's metric queue.
-      update_ops: the metric update ops (each dequeues one step), or None without `eval_metrics`.
+      steps_read: the local variable the loop advances once per step that read a batch.
 
     Raises (from `end`):
-      EvaluationInputEndedError: the input ended inside a loop (fewer batches than `evaluate(steps=...)`).
+      EvaluationInputEndedError: the input ended inside a loop (fewer batches than `evaluate(steps=N)`).
     """
 
-    def __init__(self, outfeed: host_calls_lib.HostCallOutfeed, update_ops: Optional[list]):
-        self._update_ops = update_ops
-        self._queue_size = outfeed.size() if update_ops is not None else None
+    def __init__(self, steps_read: tf.Variable):
+        self._steps_read = steps_read
         self._loop_running = False
 
     def before_run(self, run_context):
@@ -148,19 +250,9 @@ class EvalMetricsDrainHook(host_calls_lib.SummaryWritersHook):
 
     def after_run(self, run_context, run_values):
         self._loop_running = False
-        self._drain(run_context.session)
-
-    def _drain(self, session) -> int:
-        if self._update_ops is None:
-            return 0
-        queued = int(session.run(self._queue_size))
-        for _ in range(queued):
-            session.run(self._update_ops)
-        return queued
 
     def end(self, session):
-        completed = self._drain(session)
-        super(EvalMetricsDrainHook, self).end(session)
+        super(EvalLoopEndHook, self).end(session)
         if self._loop_running:
             self._loop_running = False
-            raise EvaluationInputEndedError(completed if self._update_ops is not None else None)
+            raise EvaluationInputEndedError(int(session.run(self._steps_read)))

@@ -146,4 +146,76 @@ def test_a_failed_step_reaches_the_caller(tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError, match="the step check failed"):
         estimator.evaluate(input_fn, steps=5)
     assert time.perf_counter() - start < 60
-    assert updates == []  # The loop failed: no step reaches the metrics.
+    # The metrics update in the loop, as upstream's outfeed thread updates them beside a TPU's loop: the three steps
+    # before the failed one reached them, and the evaluation reports nothing.
+    assert updates == [BATCH] * 3
+
+
+def _model_fn_with_metric_fn(metric_fn):
+    def fn(features, labels, mode, params):
+        spec = model_fn(features, labels, mode, params)
+        return te.TPUEstimatorSpec(mode, loss=spec.loss, eval_metrics=(metric_fn, spec.eval_metrics[1]))
+
+    return fn
+
+
+def test_a_metric_function_that_creates_other_variables_on_its_second_call_is_a_clear_error(tmp_path):
+    calls = []
+
+    def metric_fn(prediction, labels):
+        calls.append(1)
+        metrics = {"mean_prediction": tf.compat.v1.metrics.mean(prediction)}
+        if len(calls) == 2:  # the call after the loop, for the values, creates one more metric
+            metrics["mse"] = tf.compat.v1.metrics.mean_squared_error(labels, prediction)
+        return metrics
+
+    estimator = _two_shard_estimator(str(tmp_path), _model_fn_with_metric_fn(metric_fn))
+    with pytest.raises(
+        ValueError, match=r"second call, after the evaluation loop: eval_metrics' function created more"
+    ):
+        estimator.evaluate(input_fn, steps=2)
+
+
+def test_get_variable_in_the_metric_function_is_a_clear_error(tmp_path):
+    def metric_fn(prediction, labels):
+        total = tf.compat.v1.get_variable(
+            "total", [], initializer=tf.zeros_initializer(), collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
+        )
+        update = tf.compat.v1.assign_add(total, tf.reduce_sum(prediction))
+        return {"total": (tf.identity(total), update)}
+
+    estimator = _two_shard_estimator(str(tmp_path), _model_fn_with_metric_fn(metric_fn))
+    with pytest.raises(ValueError, match=r"second call, after the evaluation loop: .*not tf.compat.v1.get_variable"):
+        estimator.evaluate(input_fn, steps=2)
+
+
+def test_keras_style_and_v1_metrics_in_the_loop_equal_a_numpy_model(tmp_path):
+    """AUC (thresholded counts), a mean and a variable made with tf.Variable: every step's rows once, in the loop."""
+
+    def metric_fn(prediction, labels):
+        total = tf.Variable(0.0, trainable=False, collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+        return {
+            "auc": tf.compat.v1.metrics.auc(tf.cast(labels > 0, tf.float32), tf.sigmoid(prediction)),
+            "mean_prediction": tf.compat.v1.metrics.mean(prediction),
+            "sum_prediction": (tf.identity(total), tf.compat.v1.assign_add(total, tf.reduce_sum(prediction))),
+        }
+
+    estimator = _two_shard_estimator(str(tmp_path), _model_fn_with_metric_fn(metric_fn))
+    steps = 4
+    metrics = estimator.evaluate(input_fn, steps=steps)
+    prediction, labels = X[: steps * BATCH, 0] * W, (Y[: steps * BATCH] > 0).astype(np.float64)
+    np.testing.assert_allclose(metrics["sum_prediction"], prediction.sum(), rtol=1e-5)
+    np.testing.assert_allclose(metrics["mean_prediction"], prediction.mean(), rtol=1e-6)
+    # AUC by tf.compat.v1.metrics.auc's formula: 200 thresholds, trapezoidal ROC of the counts at each threshold.
+    scores = 1.0 / (1.0 + np.exp(-prediction))
+    epsilon = 1e-7
+    thresholds = np.concatenate([[-epsilon], (np.arange(1, 199) / 199.0), [1.0 + epsilon]])
+    above = scores[None, :] > thresholds[:, None]
+    tp = (above & (labels[None, :] == 1)).sum(1)
+    fp = (above & (labels[None, :] == 0)).sum(1)
+    fn = (~above & (labels[None, :] == 1)).sum(1)
+    tn = (~above & (labels[None, :] == 0)).sum(1)
+    tpr = (tp + epsilon) / (tp + fn + epsilon)
+    fpr = fp / (fp + tn + epsilon)
+    expected = np.sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2.0)
+    np.testing.assert_allclose(metrics["auc"], expected, rtol=1e-5)

@@ -200,8 +200,6 @@ def evaluate(config: config_file.Config, flag_values: flags.FlagValues) -> Dict[
     try:
         metrics = dict(estimator.evaluate(models.make_input_fn(config, "eval"), steps=steps, hooks=[counter]))
     except EvaluationInputEndedError as e:  # on shards all eval.steps run in one loop, as on a TPU
-        if e.steps_read is None:
-            raise CliError(f"eval.steps {steps}: {e}") from None
         if e.steps_read == 0:
             raise CliError(f"no evaluation examples: {_data_description(config, training=False)}") from None
         raise CliError(
