@@ -113,7 +113,8 @@ class EvalLoop(object):
         if spec.loss is None:
             raise ValueError("model_fn must return loss in EVAL mode.")
         self._replica0_spec = spec
-        with tf.device(self._ctx.host_device), tf.control_dependencies([spec.loss]):
+        # A step is read when every replica's step is: with per-host or per-shard input a replica may hit the end.
+        with tf.device(self._ctx.host_device), tf.control_dependencies([s.loss for s in specs]):
             side_effects = [self._steps_read.assign_add(1)]
         if spec.eval_metrics is not None:
             side_effects.extend(self._metric_updates([s.eval_metrics for s in specs]))
@@ -143,6 +144,8 @@ class EvalLoop(object):
                 with self._metric_variables.reusing():
                     return host_calls_lib.call(metric_fn_call, host_calls_lib.pack_tensors(metric_fn_call, inputs))
             except ValueError as e:
+                if "already exists" not in str(e):
+                    raise
                 raise ValueError(
                     "eval_metrics' function failed on its second call, after the evaluation loop: {} (on shards it is "
                     "called in the loop for the updates and again after it for the metric values; create metric "
@@ -155,8 +158,9 @@ class MetricVariables(object):
     """The variables of `eval_metrics`' function, shared by its call in the loop body and its call after the loop.
 
     `creating()` (the call in the loop) creates each variable outside the loop, where its initial value must live,
-    and records it; `reusing()` (the call after the loop) hands out the recorded variables in creation order instead
-    of creating new ones.
+    makes it a local metric variable (initialised by each evaluation's session, never saved or restored, whatever
+    created it: `tf.compat.v1.metrics`, a Keras metric or `tf.Variable`) and records it; `reusing()` (the call after
+    the loop) hands out the recorded variables in creation order instead of creating new ones.
     """
 
     def __init__(self):
@@ -169,6 +173,7 @@ class MetricVariables(object):
         def create_outside_the_loop(next_creator, **kwargs):
             with _tf_internal.outside_control_flow(), tf.control_dependencies(None):
                 variable = next_creator(**kwargs)
+            _make_local_metric_variable(variable)
             self._variables.append(variable)
             return variable
 
@@ -194,12 +199,14 @@ class MetricVariables(object):
                     "create the same variables each time.".format(len(recorded))
                 )
             variable = recorded[len(handed)]
-            dtype = kwargs.get("dtype")
-            if dtype is not None and tf.as_dtype(dtype).base_dtype != variable.dtype.base_dtype:
+            dtype, shape = kwargs.get("dtype"), kwargs.get("shape")
+            same_dtype = dtype is None or tf.as_dtype(dtype).base_dtype == variable.dtype.base_dtype
+            same_shape = shape is None or tf.TensorShape(shape).is_compatible_with(variable.shape)
+            if not (same_dtype and same_shape):
                 raise ValueError(
-                    "eval_metrics' function created variable {} as {} on its first call and as {} on its second: it "
-                    "must create the same variables each time.".format(
-                        variable.name, variable.dtype.base_dtype.name, tf.as_dtype(dtype).name
+                    "eval_metrics' function created variable {} as {} {} on its first call and as {} {} on its second: "
+                    "it must create the same variables each time.".format(
+                        variable.name, variable.dtype.base_dtype.name, variable.shape, dtype, shape
                     )
                 )
             handed.append(variable)
@@ -213,6 +220,17 @@ class MetricVariables(object):
                 "called in the evaluation loop and again after it for the metric values, and must create the same "
                 "variables each time.".format(len(handed), len(recorded))
             )
+
+
+def _make_local_metric_variable(variable) -> None:
+    """Moves `variable` from the global and trainable collections to the local and metric ones."""
+    graph = variable.graph
+    for key in (tf.compat.v1.GraphKeys.GLOBAL_VARIABLES, tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES):
+        collection = graph.get_collection_ref(key)
+        collection[:] = [v for v in collection if v is not variable]
+    for key in (tf.compat.v1.GraphKeys.LOCAL_VARIABLES, tf.compat.v1.GraphKeys.METRIC_VARIABLES):
+        if not any(v is variable for v in graph.get_collection(key)):
+            graph.add_to_collection(key, variable)
 
 
 class EvaluationInputEndedError(ValueError):

@@ -154,7 +154,9 @@ def test_a_failed_step_reaches_the_caller(tmp_path):
 def _model_fn_with_metric_fn(metric_fn):
     def fn(features, labels, mode, params):
         spec = model_fn(features, labels, mode, params)
-        return te.TPUEstimatorSpec(mode, loss=spec.loss, eval_metrics=(metric_fn, spec.eval_metrics[1]))
+        return te.TPUEstimatorSpec(
+            mode, loss=spec.loss, train_op=spec.train_op, eval_metrics=(metric_fn, spec.eval_metrics[1])
+        )
 
     return fn
 
@@ -170,9 +172,7 @@ def test_a_metric_function_that_creates_other_variables_on_its_second_call_is_a_
         return metrics
 
     estimator = _two_shard_estimator(str(tmp_path), _model_fn_with_metric_fn(metric_fn))
-    with pytest.raises(
-        ValueError, match=r"second call, after the evaluation loop: eval_metrics' function created more"
-    ):
+    with pytest.raises(ValueError, match=r"eval_metrics' function created more variables on its second call than on"):
         estimator.evaluate(input_fn, steps=2)
 
 
@@ -189,11 +189,12 @@ def test_get_variable_in_the_metric_function_is_a_clear_error(tmp_path):
         estimator.evaluate(input_fn, steps=2)
 
 
-def test_keras_style_and_v1_metrics_in_the_loop_equal_a_numpy_model(tmp_path):
-    """AUC (thresholded counts), a mean and a variable made with tf.Variable: every step's rows once, in the loop."""
+def test_v1_metrics_and_a_tf_variable_in_the_loop_equal_a_numpy_model_after_training(tmp_path):
+    """AUC (thresholded counts), a mean and a sum in a `tf.Variable` (a global variable as created, restored from no
+    checkpoint): every step's rows once, in the loop, after training wrote a checkpoint."""
 
     def metric_fn(prediction, labels):
-        total = tf.Variable(0.0, trainable=False, collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+        total = tf.Variable(0.0)
         return {
             "auc": tf.compat.v1.metrics.auc(tf.cast(labels > 0, tf.float32), tf.sigmoid(prediction)),
             "mean_prediction": tf.compat.v1.metrics.mean(prediction),
@@ -201,9 +202,11 @@ def test_keras_style_and_v1_metrics_in_the_loop_equal_a_numpy_model(tmp_path):
         }
 
     estimator = _two_shard_estimator(str(tmp_path), _model_fn_with_metric_fn(metric_fn))
+    estimator.train(input_fn, max_steps=2)
+    w = estimator.get_variable_value("w")[0, 0]
     steps = 4
     metrics = estimator.evaluate(input_fn, steps=steps)
-    prediction, labels = X[: steps * BATCH, 0] * W, (Y[: steps * BATCH] > 0).astype(np.float64)
+    prediction, labels = X[: steps * BATCH, 0] * w, (Y[: steps * BATCH] > 0).astype(np.float64)
     np.testing.assert_allclose(metrics["sum_prediction"], prediction.sum(), rtol=1e-5)
     np.testing.assert_allclose(metrics["mean_prediction"], prediction.mean(), rtol=1e-6)
     # AUC by tf.compat.v1.metrics.auc's formula: 200 thresholds, trapezoidal ROC of the counts at each threshold.
@@ -219,3 +222,38 @@ def test_keras_style_and_v1_metrics_in_the_loop_equal_a_numpy_model(tmp_path):
     fpr = fp / (fp + tn + epsilon)
     expected = np.sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2.0)
     np.testing.assert_allclose(metrics["auc"], expected, rtol=1e-5)
+
+
+def test_an_input_shorter_than_the_steps_names_the_steps_read_without_eval_metrics(tmp_path):
+    def no_metrics_model_fn(features, labels, mode, params):
+        return te.TPUEstimatorSpec(mode, loss=model_fn(features, labels, mode, params).loss)
+
+    estimator = _two_shard_estimator(str(tmp_path), no_metrics_model_fn)
+    with pytest.raises(ValueError, match=r"The evaluation input ended after 6 step\(s\) of a loop"):
+        estimator.evaluate(input_fn, steps=9)
+
+
+def test_a_metric_function_that_creates_fewer_variables_or_another_dtype_on_its_second_call_is_a_clear_error(
+    tmp_path,
+):
+    calls = {"fewer": 0, "dtype": 0}
+
+    def fewer(prediction, labels):
+        calls["fewer"] += 1
+        metrics = {"mean_prediction": tf.compat.v1.metrics.mean(prediction)}
+        if calls["fewer"] == 1:
+            metrics["mse"] = tf.compat.v1.metrics.mean_squared_error(labels, prediction)
+        return metrics
+
+    def other_dtype(prediction, labels):
+        calls["dtype"] += 1
+        dtype = tf.float32 if calls["dtype"] == 1 else tf.float64
+        total = tf.Variable(0, dtype=dtype)
+        return {
+            "total": (tf.identity(total), tf.compat.v1.assign_add(total, tf.cast(tf.reduce_sum(prediction), dtype)))
+        }
+
+    with pytest.raises(ValueError, match=r"created 2 variables on its second call and 4 on its first"):
+        _two_shard_estimator(str(tmp_path / "fewer"), _model_fn_with_metric_fn(fewer)).evaluate(input_fn, steps=2)
+    with pytest.raises(ValueError, match=r"created variable .* as float32 \(\) on its first call and as .*float64"):
+        _two_shard_estimator(str(tmp_path / "dtype"), _model_fn_with_metric_fn(other_dtype)).evaluate(input_fn, steps=2)
