@@ -142,16 +142,25 @@ class EvalLoop(object):
             ]
             try:
                 with self._metric_variables.reusing():
-                    return host_calls_lib.call(metric_fn_call, host_calls_lib.pack_tensors(metric_fn_call, inputs))
+                    metrics = host_calls_lib.call(metric_fn_call, host_calls_lib.pack_tensors(metric_fn_call, inputs))
             except ValueError as e:
                 if "already exists" not in str(e):
                     raise
                 raise ValueError(
                     "eval_metrics' function failed on its second call, after the evaluation loop: {} (on shards it is "
                     "called in the loop for the updates and again after it for the metric values; create metric "
-                    "variables with tf.compat.v1.metrics, tf.keras.metrics or tf.Variable, not "
+                    "variables with tf.compat.v1.metrics or tf.Variable, not "
                     "tf.compat.v1.get_variable)".format(e)
                 ) from e
+        for name, (value, _) in metrics.items():
+            if _reads_any(value, inputs):
+                raise ValueError(
+                    "eval_metrics' metric {!r}: its value reads the function's input tensors, not only its variables. "
+                    "On shards the updates run in the evaluation loop and the value is read after it (as on a TPU): "
+                    "accumulate what the value needs in variables in the update op (e.g. tf.compat.v1.metrics.mean)."
+                    "".format(name)
+                )
+        return metrics
 
 
 class MetricVariables(object):
@@ -159,7 +168,7 @@ class MetricVariables(object):
 
     `creating()` (the call in the loop) creates each variable outside the loop, where its initial value must live,
     makes it a local metric variable (initialised by each evaluation's session, never saved or restored, whatever
-    created it: `tf.compat.v1.metrics`, a Keras metric or `tf.Variable`) and records it; `reusing()` (the call after
+    created it: `tf.compat.v1.metrics` or `tf.Variable`) and records it; `reusing()` (the call after
     the loop) hands out the recorded variables in creation order instead of creating new ones.
     """
 
@@ -220,6 +229,23 @@ class MetricVariables(object):
                 "called in the evaluation loop and again after it for the metric values, and must create the same "
                 "variables each time.".format(len(handed), len(recorded))
             )
+
+
+def _reads_any(tensor, sources) -> bool:
+    """Whether `tensor` depends, through data or control inputs, on any tensor of `sources`."""
+    targets = {t.op for t in sources}
+    seen = set()
+    pending = [tf.convert_to_tensor(tensor).op]
+    while pending:
+        op = pending.pop()
+        if op in targets:
+            return True
+        if op in seen:
+            continue
+        seen.add(op)
+        pending.extend(t.op for t in op.inputs)
+        pending.extend(op.control_inputs)
+    return False
 
 
 def _make_local_metric_variable(variable) -> None:

@@ -257,3 +257,15 @@ def test_a_metric_function_that_creates_fewer_variables_or_another_dtype_on_its_
         _two_shard_estimator(str(tmp_path / "fewer"), _model_fn_with_metric_fn(fewer)).evaluate(input_fn, steps=2)
     with pytest.raises(ValueError, match=r"created variable .* as float32 \(\) on its first call and as .*float64"):
         _two_shard_estimator(str(tmp_path / "dtype"), _model_fn_with_metric_fn(other_dtype)).evaluate(input_fn, steps=2)
+
+
+def test_a_metric_value_that_reads_the_inputs_is_a_clear_error(tmp_path):
+    def metric_fn(prediction, labels):
+        return {
+            "mean_prediction": tf.compat.v1.metrics.mean(prediction),
+            "last_batch_mean": (tf.reduce_mean(prediction), tf.no_op()),
+        }
+
+    estimator = _two_shard_estimator(str(tmp_path), _model_fn_with_metric_fn(metric_fn))
+    with pytest.raises(ValueError, match=r"metric 'last_batch_mean': its value reads the function's input tensors"):
+        estimator.evaluate(input_fn, steps=2)
