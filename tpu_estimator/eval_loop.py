@@ -168,8 +168,8 @@ class MetricVariables(object):
 
     `creating()` (the call in the loop) creates each variable outside the loop, where its initial value must live,
     makes it a local metric variable (initialised by each evaluation's session, never saved or restored, whatever
-    created it: `tf.compat.v1.metrics` or `tf.Variable`) and records it; `reusing()` (the call after
-    the loop) hands out the recorded variables in creation order instead of creating new ones.
+    created it: `tf.compat.v1.metrics` or `tf.Variable`) and records it; `reusing()` (the call after the loop) hands
+    out the recorded variables in creation order instead of creating new ones.
     """
 
     def __init__(self):
@@ -194,7 +194,8 @@ class MetricVariables(object):
         """Variables created inside are the recorded ones, in order.
 
         Raises:
-          ValueError: the function created more or fewer variables than on its first call, or one of another dtype.
+          ValueError: the function created more or fewer variables than on its first call, or one of another dtype
+            or shape.
         """
         recorded = list(self._variables)
         handed = []
