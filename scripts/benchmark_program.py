@@ -3,6 +3,7 @@
 python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=5
 python scripts/benchmark_program.py --program=P_criteo_tfrecord --runs=5 --output_json=/tmp/p.json
 python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=3 --ours_source=/tmp/before   # another tree
+python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=0 --bounds=false --overlap_pairs=6  # overlap only
 """
 
 import json
@@ -18,6 +19,11 @@ from tpu_estimator.app import program_benchmark
 flags.DEFINE_string("program", "P_dlrm_zipf", "A program name in configs/bench (P_*.yaml) or a YAML path.")
 flags.DEFINE_integer("runs", 5, "Rounds; each runs ours, then upstream, each in a fresh process.")
 flags.DEFINE_bool("bounds", True, "Also measure the input pipeline alone and the computation alone (the pool).")
+flags.DEFINE_integer(
+    "overlap_pairs",
+    0,
+    "Then, per implementation, one process alternating the program's input and the pool this many times each.",
+)
 flags.DEFINE_string("python", sys.executable, "Interpreter for both (upstream needs tensorflow_estimator: TF 2.15).")
 flags.DEFINE_string("ours_python", None, "Interpreter for ours (default --python).")
 flags.DEFINE_string("ours_source", None, "Source tree of tpu_estimator for ours (default: the installed package).")
@@ -38,7 +44,9 @@ def main(argv):
         "ours": program_benchmark.Interpreter(FLAGS.ours_python or FLAGS.python, FLAGS.ours_source),
         "upstream": program_benchmark.Interpreter(FLAGS.python),
     }
-    result = program_benchmark.compare(program, FLAGS.runs, interpreters, bounds=FLAGS.bounds)
+    result = program_benchmark.compare(
+        program, FLAGS.runs, interpreters, bounds=FLAGS.bounds, overlap_pairs=FLAGS.overlap_pairs
+    )
     if FLAGS.output_json:
         with open(FLAGS.output_json, "w") as f:
             json.dump(result, f, indent=1)

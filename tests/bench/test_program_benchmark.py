@@ -169,3 +169,49 @@ def test_time_to_first_step_ends_when_the_first_run_begins():
     phase = pb._train_phase(LoopEstimator(), None, max_steps=20, previous_steps=0, batch_size=8)
     assert 0.1 <= phase["seconds_to_first_step"] < 0.25
     assert phase["seconds"] >= 0.4 and phase["runs"] == 1
+
+
+def test_overlap_runs_one_process_per_implementation_after_the_rounds(monkeypatch):
+    calls = []
+
+    def fake_run_child(p, kind, implementation, interpreter, tfrecord_path, timeout=3600, pairs=0):
+        calls.append((kind, implementation, pairs))
+        if kind == "overlap":
+            # ours: program-fed 90, 100, 120 over pool-fed 100 -> 90%, 100%, 120%; upstream: 80% each.
+            programs = [90.0, 100.0, 120.0] if implementation == "ours" else [80.0, 80.0, 80.0]
+            return {"pairs": [{"program": rate, "pool": 100.0, "ratio": rate / 100.0} for rate in programs]}
+        return _fake_result(10.0, 100.0, 1.0, 1.0)
+
+    monkeypatch.setattr(pb, "run_child", fake_run_child)
+    interpreters = {"ours": pb.Interpreter(sys.executable), "upstream": pb.Interpreter(sys.executable)}
+    result = pb.compare(pb.load_program("P_tiny"), 1, interpreters, bounds=False, log=lambda _: None, overlap_pairs=3)
+    assert calls == [
+        ("program", "ours", 0),
+        ("program", "upstream", 0),
+        ("overlap", "ours", 3),
+        ("overlap", "upstream", 3),
+    ]
+    assert result["ratios"]["overlap_ours"]["values"] == [0.9, 1.0, 1.2]
+    assert result["ratios"]["overlap_ours"]["median"] == 1.0
+    assert result["ratios"]["overlap_upstream"]["median"] == 0.8
+    assert (
+        "The loop fed by the program's input over the loop fed by the pool, in one process, back to back "
+        "(3 pairs, alternating which runs first): ours **100% (90%-120%)**, upstream 80% (80%-80%)."
+    ) in pb.markdown(result)
+
+
+def test_overlap_alternates_the_program_and_the_pool_on_one_model(tmp_path):
+    import tensorflow as tf
+
+    p = pb.load_program("P_tiny")
+    with pytest.raises(ValueError, match="overlap pairs must be at least 1, got 0"):
+        pb.run_overlap(p, "ours", str(tmp_path / "none"), None, 0)
+    result = pb.run_overlap(p, "ours", str(tmp_path / "work"), None, 2)
+    assert [pair["order"] for pair in result["pairs"]] == [["program", "pool"], ["pool", "program"]]
+    for pair in result["pairs"]:
+        assert pair["program"] > 0 and pair["pool"] > 0
+        assert pair["ratio"] == pytest.approx(pair["program"] / pair["pool"])
+    # Setup (4 steps), then 4 calls of total_steps - first_steps = 10 steps each, all on one model.
+    assert result["global_step"] == p.first_steps + 4 * (p.total_steps - p.first_steps) == 44
+    model_dir = str(tmp_path / "work" / "model")
+    assert tf.train.load_variable(model_dir, "global_step") == 44

@@ -395,19 +395,14 @@ def run_input_only(p: Program, tfrecord_path: Optional[str], batches: int = 300)
     return {"examples_per_sec": read * p.batch_size / seconds, "batches": int(read), "cores_busy": cores}
 
 
-def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_path: Optional[str]) -> Dict[str, Any]:
-    """The same program fed from `compute_pool_batches` batches cached before it runs: the rates without input.
+def _filled_pool(p: Program, input_fn: Callable, model_dir: str) -> Callable:
+    """Reads `input_fn`'s first batches into a `tf.data` file cache in `model_dir`; returns an `input_fn` of them.
 
-    The pool is a `tf.data` file cache in `model_dir`, filled by reading the input once before the program starts
-    (an in-memory cache is filled by the measured pass itself, which then runs the input pipeline too). Training as
-    the program trains (setup, then the second `train()` measured); then `evaluate(steps=eval_steps)` and
-    `predict()` of `predict_batches` batches from the pool: `evaluate()`'s rate from its first `Session.run` to the
-    hooks' `end` (ours runs an evaluation in one run, then its metric updates; upstream runs one per step),
-    `predict()`'s from the first prediction to the last.
+    `compute_pool_batches` batches (or `total_steps`), read once here, before anything is timed; the returned
+    `input_fn` repeats them with the program's `prefetch`.
     """
     import tensorflow as tf
 
-    input_fn = _input_fn(p, tfrecord_path)
     pool_dir = os.path.join(model_dir, "pool")
     shutil.rmtree(pool_dir, ignore_errors=True)  # a pool of another program, or a partial one, is never reused
     os.makedirs(pool_dir)
@@ -429,6 +424,61 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
     def pooled_input_fn(params):
         return pool(params).repeat().prefetch(p.prefetch)
 
+    return pooled_input_fn
+
+
+def run_overlap(
+    p: Program, implementation: str, model_dir: str, tfrecord_path: Optional[str], pairs: int
+) -> Dict[str, Any]:
+    """The loop fed by the program's input and by the pool, alternately, in one process: how close input and
+    computation together come to the computation alone.
+
+    After the setup (`train(max_steps=first_steps)` from the program's input), `2 * pairs` further `train()` calls
+    of `total_steps - first_steps` steps each; each pair runs one from the program's input and one from the pool
+    (`_filled_pool`), the program's first in even pairs and second in odd ones, so that a drift of the machine
+    within a pair cancels in the median. A pair's ratio is its program-fed loop rate over its pool-fed one: both
+    measured back to back, in the same process, on the same model, as `_train_phase` measures the second
+    `train()` of a program.
+
+    Returns:
+      `{'pairs': [{'order', 'program', 'pool', 'program_cores_busy', 'pool_cores_busy', 'ratio'}], 'global_step'}`:
+      rates in examples/s; `global_step` is the step the last call ended at.
+
+    Raises:
+      ValueError: `pairs` is below 1.
+    """
+    if pairs < 1:
+        raise ValueError(f"overlap pairs must be at least 1, got {pairs}")
+    input_fn = _input_fn(p, tfrecord_path)
+    feeds = {"program": input_fn, "pool": _filled_pool(p, input_fn, model_dir)}
+    estimator = _estimator(p, implementation, os.path.join(model_dir, "model"))
+    _train_phase(estimator, input_fn, p.first_steps, 0, p.batch_size)
+    step, span = p.first_steps, p.total_steps - p.first_steps
+    measured = []
+    for pair in range(pairs):
+        order = ("program", "pool") if pair % 2 == 0 else ("pool", "program")
+        record: Dict[str, Any] = {"order": list(order)}
+        for feed in order:
+            phase = _train_phase(estimator, feeds[feed], step + span, step, p.batch_size)
+            step += span
+            record[feed] = phase.get("loop_examples_per_sec")
+            record[f"{feed}_cores_busy"] = phase.get("loop_cores_busy")
+        record["ratio"] = record["program"] / record["pool"] if record["program"] and record["pool"] else None
+        measured.append(record)
+    return {"pairs": measured, "global_step": step}
+
+
+def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_path: Optional[str]) -> Dict[str, Any]:
+    """The same program fed from `compute_pool_batches` batches cached before it runs: the rates without input.
+
+    The pool is a `tf.data` file cache in `model_dir`, filled by reading the input once before the program starts
+    (an in-memory cache is filled by the measured pass itself, which then runs the input pipeline too). Training as
+    the program trains (setup, then the second `train()` measured); then `evaluate(steps=eval_steps)` and
+    `predict()` of `predict_batches` batches from the pool: `evaluate()`'s rate from its first `Session.run` to the
+    hooks' `end` (ours runs an evaluation in one run, then its metric updates; upstream runs one per step),
+    `predict()`'s from the first prediction to the last.
+    """
+    pooled_input_fn = _filled_pool(p, _input_fn(p, tfrecord_path), model_dir)
     estimator = _estimator(p, implementation, model_dir)
     _train_phase(estimator, pooled_input_fn, p.first_steps, 0, p.batch_size)  # as the program: setup, then measure
     second = _train_phase(estimator, pooled_input_fn, p.total_steps, p.first_steps, p.batch_size)
@@ -457,6 +507,8 @@ def _child_main(request_json: str) -> None:
         result = run_program(p, implementation, request["model_dir"], request.get("tfrecord_path"))
     elif kind == "input":
         result = run_input_only(p, request.get("tfrecord_path"))
+    elif kind == "overlap":
+        result = run_overlap(p, implementation, request["model_dir"], request.get("tfrecord_path"), request["pairs"])
     else:
         result = run_compute_only(p, implementation, request["model_dir"], request.get("tfrecord_path"))
     with open(request["output"], "w") as f:
@@ -482,13 +534,18 @@ def run_child(
     interpreter: Interpreter,
     tfrecord_path: Optional[str],
     timeout: float = 3600,
+    pairs: int = 0,
 ) -> Dict[str, Any]:
-    """Runs one child process; returns its result plus the process's wall and CPU seconds, or `{'error': ...}`."""
+    """Runs one child process; returns its result plus the process's wall and CPU seconds, or `{'error': ...}`.
+
+    `kind` is 'program', 'input', 'compute' or 'overlap' (with `pairs`).
+    """
     request = {
         "program": dataclasses.asdict(p),
         "kind": kind,
         "implementation": implementation,
         "tfrecord_path": tfrecord_path,
+        "pairs": pairs,
     }
     return run_module_child(__name__, request, interpreter, timeout)
 
@@ -559,20 +616,35 @@ def compare(
     interpreters: Dict[str, Interpreter],
     bounds: bool = True,
     log: Callable[[str], None] = print,
+    overlap_pairs: int = 0,
 ) -> Dict[str, Any]:
     """Runs the program `runs` times per implementation in turn (ours, upstream, ours, ...), with the bounds.
 
     With `bounds`, each round's pair is followed by the computation alone (the pool) of ours, then upstream's
-    (one such round when `runs` is 0), and the input pipeline alone runs once at the end.
+    (one such round when `runs` is 0), and the input pipeline alone runs once at the end. With `overlap_pairs`,
+    one process per implementation then alternates the program's input and the pool (`run_overlap`).
 
     Returns:
       `{'program', 'rounds': [{impl: result}], 'ratios': {...}}`, plus with `bounds` `'compute_rounds': [{impl:
       result}]` and `'bounds': {'input': result}`. Ratios are per round: upstream / ours for times (above 1 ours
-      is faster), ours / upstream for rates, and ours' loop over min(input alone, that round's pool rate).
+      is faster), ours / upstream for rates, and ours' loop over min(input alone, that round's pool rate); with
+      `overlap_pairs`, `'overlap': {impl: result}` and the ratios `overlap_<impl>` (program-fed loop over
+      pool-fed loop, per pair).
     """
     with tempfile.TemporaryDirectory(prefix="program_bench_data_") as workdir:
         tfrecord_path = write_tfrecords(p, workdir) if p.source == "tfrecord" else None
-        return _compare_in_turn(p, runs, interpreters, bounds, log, tfrecord_path)
+        result = _compare_in_turn(p, runs, interpreters, bounds, log, tfrecord_path)
+        if overlap_pairs:
+            result["overlap"] = {}
+            for implementation in IMPLEMENTATIONS:
+                overlap = run_child(
+                    p, "overlap", implementation, interpreters[implementation], tfrecord_path, pairs=overlap_pairs
+                )
+                result["overlap"][implementation] = overlap
+                ratios = [pair["ratio"] for pair in overlap.get("pairs", []) if pair["ratio"]]
+                result["ratios"][f"overlap_{implementation}"] = summary(ratios)
+                log(f"overlap, {implementation}: " + json.dumps(overlap.get("error") or ratios))
+        return result
 
 
 def _compare_in_turn(
@@ -762,6 +834,14 @@ def markdown(result: Dict[str, Any]) -> str:
                 "Ours' loop over min(input alone, that round's computation alone): "
                 f"**{cell(ratios['loop_over_bound_ours'], '{:.0%}')}**."
             )
+    overlap = result.get("overlap")
+    if overlap:
+        pairs = max(len(overlap[i].get("pairs", [])) for i in IMPLEMENTATIONS)
+        lines.append(
+            f"The loop fed by the program's input over the loop fed by the pool, in one process, back to back "
+            f"({pairs} pairs, alternating which runs first): ours **{cell(ratios.get('overlap_ours'), '{:.0%}')}**, "
+            f"upstream {cell(ratios.get('overlap_upstream'), '{:.0%}')}."
+        )
     return "\n".join(lines)
 
 
