@@ -4,6 +4,7 @@ python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=5
 python scripts/benchmark_program.py --program=P_criteo_tfrecord --runs=5 --output_json=/tmp/p.json
 python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=3 --ours_source=/tmp/before   # another tree
 python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=0 --bounds=false --overlap_pairs=6  # overlap only
+python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=0 --pool_rounds=3 --dense_floor  # pool + floor
 """
 
 import json
@@ -24,6 +25,10 @@ flags.DEFINE_integer(
     0,
     "Then, per implementation, one process alternating the program's input and the pool this many times each.",
 )
+flags.DEFINE_bool(
+    "dense_floor", False, "Each pool round also runs the program's dense part alone (the activations an input)."
+)
+flags.DEFINE_integer("pool_rounds", 1, "With --runs=0: rounds of the computation alone (the pool).")
 flags.DEFINE_string("python", sys.executable, "Interpreter for both (upstream needs tensorflow_estimator: TF 2.15).")
 flags.DEFINE_string("ours_python", None, "Interpreter for ours (default --python).")
 flags.DEFINE_string("ours_source", None, "Source tree of tpu_estimator for ours (default: the installed package).")
@@ -45,7 +50,13 @@ def main(argv):
         "upstream": program_benchmark.Interpreter(FLAGS.python),
     }
     result = program_benchmark.compare(
-        program, FLAGS.runs, interpreters, bounds=FLAGS.bounds, overlap_pairs=FLAGS.overlap_pairs
+        program,
+        FLAGS.runs,
+        interpreters,
+        bounds=FLAGS.bounds,
+        overlap_pairs=FLAGS.overlap_pairs,
+        dense_floor=FLAGS.dense_floor,
+        pool_rounds=FLAGS.pool_rounds,
     )
     if FLAGS.output_json:
         with open(FLAGS.output_json, "w") as f:

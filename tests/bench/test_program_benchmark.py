@@ -215,3 +215,68 @@ def test_overlap_alternates_the_program_and_the_pool_on_one_model(tmp_path):
     assert result["global_step"] == p.first_steps + 4 * (p.total_steps - p.first_steps) == 44
     model_dir = str(tmp_path / "work" / "model")
     assert tf.train.load_variable(model_dir, "global_step") == 44
+
+
+def test_dense_floor_runs_in_each_pool_round_with_ours_interpreter(monkeypatch):
+    calls = []
+    evaluate = {"ours": iter([120.0, 90.0]), "upstream": iter([100.0, 60.0]), pb.DENSE_FLOOR: iter([150.0, 90.0])}
+
+    def fake_run_child(p, kind, implementation, interpreter, tfrecord_path, timeout=3600, pairs=0):
+        calls.append((kind, implementation, interpreter.python))
+        if kind == "input":
+            return {"examples_per_sec": 1000.0}
+        rate = next(evaluate[implementation])
+        return {"examples_per_sec": 10.0, "evaluate_examples_per_sec": rate, "predict_examples_per_sec": 2 * rate}
+
+    monkeypatch.setattr(pb, "run_child", fake_run_child)
+    interpreters = {"ours": pb.Interpreter("ours-python"), "upstream": pb.Interpreter("upstream-python")}
+    p = pb.load_program("P_tiny")
+    result = pb.compare(p, 0, interpreters, log=lambda _: None, dense_floor=True, pool_rounds=2)
+    one_round = [
+        ("compute", "ours", "ours-python"),
+        ("compute", "upstream", "upstream-python"),
+        ("compute", pb.DENSE_FLOOR, "ours-python"),
+    ]
+    assert calls == one_round * 2 + [("input", "ours", "ours-python")]
+    ratios = result["ratios"]
+    assert ratios["pool_evaluate_floor_over_upstream"]["values"] == [1.5, 1.5]
+    assert ratios["pool_evaluate_ours_over_floor"]["values"] == [0.8, 1.0]
+    assert ratios["pool_predict_floor_over_upstream"]["values"] == [1.5, 1.5]
+    assert (
+        "The dense part alone (ours' loop, the embedding activations an input: no lookup at all) 120 (90-150): per "
+        "round **1.50 (1.50-1.50)x** upstream's whole model; ours' whole model at 90% (80%-100%) of it."
+    ) in pb.markdown(result)
+
+
+def test_dense_floor_input_keeps_the_dense_features_and_labels_and_replaces_the_sparse_ones():
+    import tensorflow as tf
+
+    p = pb.load_program("P_tiny")
+    params = {"batch_size": p.batch_size}
+    with tf.Graph().as_default():
+        program = tf.compat.v1.data.make_one_shot_iterator(pb._input_fn(p, None)(params)).get_next()
+        floor = tf.compat.v1.data.make_one_shot_iterator(pb.dense_floor_input_fn(p, None)(params)).get_next()
+        with tf.compat.v1.Session() as session:
+            (program_features, program_labels), (floor_features, floor_labels) = session.run([program, floor])
+    assert sorted(floor_features) == sorted([pb.ACTIVATIONS_KEY, "dense"])
+    assert floor_features[pb.ACTIVATIONS_KEY].shape == (p.batch_size, p.num_tables * p.dim)
+    assert 0.05 < floor_features[pb.ACTIVATIONS_KEY].std() < 0.2  # 0.1 * N(0, 1)
+    np.testing.assert_array_equal(floor_features["dense"], program_features["dense"])
+    np.testing.assert_array_equal(floor_labels, program_labels)
+
+
+def test_dense_floor_trains_evaluates_and_predicts_without_tables(tmp_path):
+    import tensorflow as tf
+
+    p = pb.load_program("P_tiny")
+    result = pb.run_compute_only(p, pb.DENSE_FLOOR, str(tmp_path / "model"), None)
+    for key in ("examples_per_sec", "evaluate_examples_per_sec", "predict_examples_per_sec"):
+        assert result[key] > 0, result
+    names = [name for name, _ in tf.train.list_variables(str(tmp_path / "model"))]
+    assert tf.train.load_variable(str(tmp_path / "model"), "global_step") == p.total_steps
+    # The MLP 16-1 on tables * dim + dense inputs; no embedding table.
+    assert tf.train.load_variable(str(tmp_path / "model"), "dense/kernel").shape == (
+        p.num_tables * p.dim + p.num_dense,
+        16,
+    )
+    assert not [name for name in names if "embedding" in name], names

@@ -43,6 +43,9 @@ import yaml
 
 PROGRAM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "bench")
 IMPLEMENTATIONS = ("ours", "upstream")
+# The program's dense part alone, on ours' loop, with the embedding activations an input (`dense_floor_input_fn`).
+DENSE_FLOOR = "dense_floor"
+ACTIVATIONS_KEY = "embedding_activations"
 
 
 @dataclasses.dataclass
@@ -210,6 +213,7 @@ def _feature_names(p: Program):
 
 
 def _model_fn(p: Program, columns, dense_key: Optional[str], spec_cls, cross_shard):
+    """The program's model; with `columns` None, the embedding activations are the input `ACTIVATIONS_KEY`."""
     import tensorflow as tf
 
     def metric_fn(labels, logits):
@@ -217,7 +221,10 @@ def _model_fn(p: Program, columns, dense_key: Optional[str], spec_cls, cross_sha
 
     def model_fn(features, labels, mode, params):
         del params
-        net = tf.compat.v1.keras.layers.DenseFeatures(columns)(features)
+        if columns is None:
+            net = features[ACTIVATIONS_KEY]
+        else:
+            net = tf.compat.v1.keras.layers.DenseFeatures(columns)(features)
         if dense_key is not None:
             net = tf.concat([net, features[dense_key]], axis=1)
         for units in p.mlp[:-1]:
@@ -243,6 +250,18 @@ def _estimator(p: Program, implementation: str, model_dir: str):
     categorical = [tf.feature_column.categorical_column_with_identity(k, n) for k, n in vocab.items()]
     columns = [tf.compat.v1.tpu.experimental.embedding_column(c, p.dim, combiner="sum") for c in categorical]
     batch_sizes = dict(train_batch_size=p.batch_size, eval_batch_size=p.batch_size, predict_batch_size=p.batch_size)
+    if implementation == DENSE_FLOOR:
+        import tpu_estimator as te
+
+        return te.TPUEstimator(
+            model_fn=_model_fn(p, None, dense_key, te.TPUEstimatorSpec, te.CrossShardOptimizer),
+            config=te.RunConfig(
+                model_dir=model_dir,
+                tpu_config=te.TPUConfig(iterations_per_loop=p.iterations_per_loop, num_shards=p.shards),
+            ),
+            use_tpu=True,
+            **batch_sizes,
+        )
     if implementation == "upstream":
         up = tf.compat.v1.estimator.tpu
         spec = up.experimental.EmbeddingConfigSpec(
@@ -277,6 +296,30 @@ def _estimator(p: Program, implementation: str, model_dir: str):
 
 def _input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
     return _tfrecord_input_fn(p, tfrecord_path) if p.source == "tfrecord" else _synthetic_input_fn(p)
+
+
+def dense_floor_input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
+    """The program's batches with its sparse features replaced by what the embedding layer would output: normal
+    `[batch, tables * dim]` activations under `ACTIVATIONS_KEY` (seeded per batch); the dense features and labels
+    are the program's."""
+    import tensorflow as tf
+
+    vocab, dense_key = _feature_names(p)
+    width = len(vocab) * p.dim
+    program_input_fn = _input_fn(p, tfrecord_path)
+
+    def replace_sparse(index, batch):
+        features, labels = batch
+        seed = tf.stack([tf.constant(p.seed + 7, tf.int64), index])
+        replaced = {ACTIVATIONS_KEY: 0.1 * tf.random.stateless_normal([p.batch_size, width], seed=seed)}
+        if dense_key is not None:
+            replaced[dense_key] = features[dense_key]
+        return replaced, labels
+
+    def input_fn(params):
+        return program_input_fn(params).enumerate().map(replace_sparse)
+
+    return input_fn
 
 
 class _RunTimes(object):
@@ -476,9 +519,11 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
     the program trains (setup, then the second `train()` measured); then `evaluate(steps=eval_steps)` and
     `predict()` of `predict_batches` batches from the pool: `evaluate()`'s rate from its first `Session.run` to the
     hooks' `end` (ours runs an evaluation in one run, then its metric updates; upstream runs one per step),
-    `predict()`'s from the first prediction to the last.
+    `predict()`'s from the first prediction to the last. `implementation` `DENSE_FLOOR`: the program's dense part
+    alone (`dense_floor_input_fn`), ours' loop: the rates that no embedding engine can beat.
     """
-    pooled_input_fn = _filled_pool(p, _input_fn(p, tfrecord_path), model_dir)
+    input_fn = dense_floor_input_fn(p, tfrecord_path) if implementation == DENSE_FLOOR else _input_fn(p, tfrecord_path)
+    pooled_input_fn = _filled_pool(p, input_fn, model_dir)
     estimator = _estimator(p, implementation, model_dir)
     _train_phase(estimator, pooled_input_fn, p.first_steps, 0, p.batch_size)  # as the program: setup, then measure
     second = _train_phase(estimator, pooled_input_fn, p.total_steps, p.first_steps, p.batch_size)
@@ -617,11 +662,14 @@ def compare(
     bounds: bool = True,
     log: Callable[[str], None] = print,
     overlap_pairs: int = 0,
+    dense_floor: bool = False,
+    pool_rounds: int = 1,
 ) -> Dict[str, Any]:
     """Runs the program `runs` times per implementation in turn (ours, upstream, ours, ...), with the bounds.
 
     With `bounds`, each round's pair is followed by the computation alone (the pool) of ours, then upstream's
-    (one such round when `runs` is 0), and the input pipeline alone runs once at the end. With `overlap_pairs`,
+    (`pool_rounds` such rounds when `runs` is 0; with `dense_floor`, each also runs the program's dense part alone,
+    `DENSE_FLOOR`), and the input pipeline alone runs once at the end. With `overlap_pairs`,
     one process per implementation then alternates the program's input and the pool (`run_overlap`).
 
     Returns:
@@ -633,7 +681,7 @@ def compare(
     """
     with tempfile.TemporaryDirectory(prefix="program_bench_data_") as workdir:
         tfrecord_path = write_tfrecords(p, workdir) if p.source == "tfrecord" else None
-        result = _compare_in_turn(p, runs, interpreters, bounds, log, tfrecord_path)
+        result = _compare_in_turn(p, runs, interpreters, bounds, log, tfrecord_path, dense_floor, pool_rounds)
         if overlap_pairs:
             result["overlap"] = {}
             for implementation in IMPLEMENTATIONS:
@@ -654,6 +702,8 @@ def _compare_in_turn(
     bounds: bool,
     log: Callable[[str], None],
     tfrecord_path: Optional[str],
+    dense_floor: bool = False,
+    pool_rounds: int = 1,
 ) -> Dict[str, Any]:
     rounds: List[Dict[str, Dict[str, Any]]] = []
     compute_rounds: List[Dict[str, Dict[str, Any]]] = []
@@ -671,9 +721,12 @@ def _compare_in_turn(
                 )
         rounds.append(round_results)
         if bounds:
-            compute_rounds.append(_compute_round(p, interpreters, tfrecord_path, log, f"round {r + 1}/{runs}"))
+            label = f"round {r + 1}/{runs}"
+            compute_rounds.append(_compute_round(p, interpreters, tfrecord_path, log, label, dense_floor))
     if bounds and not runs:
-        compute_rounds.append(_compute_round(p, interpreters, tfrecord_path, log, "pool"))
+        for r in range(pool_rounds):
+            label = f"pool {r + 1}/{pool_rounds}"
+            compute_rounds.append(_compute_round(p, interpreters, tfrecord_path, log, label, dense_floor))
     complete = [rr for rr in rounds if all("error" not in rr[i] for i in IMPLEMENTATIONS)]
     ratios = {
         "wall_upstream_over_ours": summary(
@@ -704,11 +757,14 @@ def _compute_round(
     tfrecord_path: Optional[str],
     log: Callable[[str], None],
     label: str,
+    dense_floor: bool = False,
 ) -> Dict[str, Dict[str, Any]]:
-    """The computation alone (the pool), ours then upstream, each in its own process."""
+    """The computation alone (the pool), ours then upstream (then, with `dense_floor`, `DENSE_FLOOR` with ours'
+    interpreter), each in its own process."""
     out = {}
-    for implementation in IMPLEMENTATIONS:
-        out[implementation] = run_child(p, "compute", implementation, interpreters[implementation], tfrecord_path)
+    for implementation in IMPLEMENTATIONS + ((DENSE_FLOOR,) if dense_floor else ()):
+        interpreter = interpreters["ours" if implementation == DENSE_FLOOR else implementation]
+        out[implementation] = run_child(p, "compute", implementation, interpreter, tfrecord_path)
         rate = out[implementation].get("examples_per_sec", out[implementation].get("error"))
         log(f"{label} computation alone, {implementation}: {rate}")
     return out
@@ -727,6 +783,17 @@ def _pool_ratios(rounds, compute_rounds, input_rate: Optional[float]) -> Dict[st
             ]
         )
 
+    def over(numerator, denominator, key):
+        return summary(
+            [
+                cr[numerator][key] / cr[denominator][key]
+                for cr in compute_rounds
+                if all("error" not in cr.get(i, {"error": 1}) for i in (numerator, denominator))
+                and cr[numerator].get(key)
+                and cr[denominator].get(key)
+            ]
+        )
+
     loop_over_bound = []
     for rr, cr in zip(rounds, compute_rounds):
         loop, compute = rr["ours"].get("loop_examples_per_sec"), cr["ours"].get("examples_per_sec")
@@ -737,6 +804,11 @@ def _pool_ratios(rounds, compute_rounds, input_rate: Optional[float]) -> Dict[st
         "pool_evaluate_ours_over_upstream": ours_over_upstream("evaluate_examples_per_sec"),
         "pool_predict_ours_over_upstream": ours_over_upstream("predict_examples_per_sec"),
         "loop_over_bound_ours": summary(loop_over_bound),
+        # The dense part alone (rounds that ran it): what the whole model's rates are bounded by.
+        "pool_evaluate_floor_over_upstream": over(DENSE_FLOOR, "upstream", "evaluate_examples_per_sec"),
+        "pool_predict_floor_over_upstream": over(DENSE_FLOOR, "upstream", "predict_examples_per_sec"),
+        "pool_evaluate_ours_over_floor": over("ours", DENSE_FLOOR, "evaluate_examples_per_sec"),
+        "pool_predict_ours_over_floor": over("ours", DENSE_FLOOR, "predict_examples_per_sec"),
     }
 
 
@@ -748,7 +820,7 @@ def _phase_ratio(rounds, phase: str) -> Optional[Dict[str, float]]:
 
 
 def _per_impl(rounds, implementation: str, get: Callable[[Dict[str, Any]], Optional[float]]):
-    return summary([get(rr[implementation]) for rr in rounds if "error" not in rr[implementation]])
+    return summary([get(rr[implementation]) for rr in rounds if "error" not in rr.get(implementation, {"error": 1})])
 
 
 def cell(stats: Optional[Dict[str, float]], fmt: str = "{:.1f}") -> str:
@@ -824,11 +896,19 @@ def markdown(result: Dict[str, Any]) -> str:
             ("predict_examples_per_sec", "predict", "`predict()`", "first prediction to last"),
         )
         for key, name, what, span in spans:
-            lines.append(
+            line = (
                 f"{what} from the pool (examples/s, {span}): ours {rates('ours', key)}, upstream "
                 f"{rates('upstream', key)}; per-pair ratio ours / upstream "
                 f"**{cell(ratios[f'pool_{name}_ours_over_upstream'], '{:.2f}')}**."
             )
+            if ratios.get(f"pool_{name}_floor_over_upstream"):
+                line += (
+                    f" The dense part alone (ours' loop, the embedding activations an input: no lookup at all) "
+                    f"{rates(DENSE_FLOOR, key)}: per round "
+                    f"**{cell(ratios[f'pool_{name}_floor_over_upstream'], '{:.2f}')}x** upstream's whole model; "
+                    f"ours' whole model at {cell(ratios[f'pool_{name}_ours_over_floor'], '{:.0%}')} of it."
+                )
+            lines.append(line)
         if ratios["loop_over_bound_ours"]:
             lines.append(
                 "Ours' loop over min(input alone, that round's computation alone): "
