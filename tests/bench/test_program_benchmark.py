@@ -122,6 +122,9 @@ def test_tiny_program_runs_as_processes_and_reports_every_phase():
     for implementation in pb.IMPLEMENTATIONS:
         for key in ("examples_per_sec", "evaluate_examples_per_sec", "predict_examples_per_sec"):
             assert pool_round[implementation][key] > 0, pool_round[implementation]
+        # The loop's cores busy, beside (not overwritten by) the whole process's.
+        assert 0 < pool_round[implementation]["loop_cores_busy"] != pool_round[implementation]["cores_busy"]
+    assert 0 < result["bounds"]["input"]["loop_cores_busy"] != result["bounds"]["input"]["cores_busy"]
     assert len(result["ratios"]["loop_over_bound_ours"]["values"]) == 1
 
 

@@ -23,6 +23,11 @@ none of them repeated; ours and upstream after each round's pair, so that each r
 bound measured in the same state of the machine). A loop that overlaps input and computation perfectly on
 separate cores reaches the smaller of the two.
 
+Two closer looks, each optional: the overlap (`run_overlap`), one process per implementation alternating the loop
+fed by the program's input and by the pool, so that each pair of loops is measured back to back in one process;
+and the dense floor (`DENSE_FLOOR`), the program's dense part alone on ours' loop with the embedding activations
+an input, in each pool round: the `evaluate()` and `predict()` rates that no embedding engine can beat.
+
 Programs are YAML files in `configs/bench/P_*.yaml` (keys = `Program` fields). Run with
 `python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=5`.
 """
@@ -435,7 +440,7 @@ def run_input_only(p: Program, tfrecord_path: Optional[str], batches: int = 300)
             read = session.run(drained, {count: batches})
             seconds = time.perf_counter() - start
             cores = (time.process_time() - cpu) / seconds
-    return {"examples_per_sec": read * p.batch_size / seconds, "batches": int(read), "cores_busy": cores}
+    return {"examples_per_sec": read * p.batch_size / seconds, "batches": int(read), "loop_cores_busy": cores}
 
 
 def _filled_pool(p: Program, input_fn: Callable, model_dir: str) -> Callable:
@@ -527,7 +532,7 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
     estimator = _estimator(p, implementation, model_dir)
     _train_phase(estimator, pooled_input_fn, p.first_steps, 0, p.batch_size)  # as the program: setup, then measure
     second = _train_phase(estimator, pooled_input_fn, p.total_steps, p.first_steps, p.batch_size)
-    out = {"examples_per_sec": second.get("loop_examples_per_sec"), "cores_busy": second.get("loop_cores_busy")}
+    out = {"examples_per_sec": second.get("loop_examples_per_sec"), "loop_cores_busy": second.get("loop_cores_busy")}
     if p.eval_steps:
         times = _RunTimes()
         estimator.evaluate(pooled_input_fn, steps=p.eval_steps, hooks=[times.hook()])
