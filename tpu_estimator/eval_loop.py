@@ -131,6 +131,7 @@ class EvalLoop(object):
             metrics = host_calls_lib.call(
                 metric_fn_call, host_calls_lib.pack_tensors(metric_fn_call, self._metric_inputs)
             )
+        _check_metric_pairs(metrics)
         return [update for _, update in metrics.values()]
 
     def _metric_values(self, metric_fn_call) -> dict:
@@ -229,6 +230,32 @@ class MetricVariables(object):
                 "eval_metrics' function created {} variables on its second call and {} on its first: on shards it is "
                 "called in the evaluation loop and again after it for the metric values, and must create the same "
                 "variables each time.".format(len(handed), len(recorded))
+            )
+
+
+def _check_metric_pairs(metrics) -> None:
+    """`eval_metrics`' function returned `{name: (value, update_op)}`, as `tf.compat.v1.metrics` return.
+
+    Upstream's TPUEstimator on a TPU takes each value as such a pair too (a Keras `Metric` object is accepted only
+    by its CPU path).
+
+    Raises:
+      TypeError: not a dict, or a value that is not a `(value, update_op)` pair (naming the metric).
+    """
+    if not isinstance(metrics, dict):
+        raise TypeError(
+            "eval_metrics' function must return a dict of metric name -> (value, update_op); got {}.".format(
+                type(metrics).__name__
+            )
+        )
+    for name, pair in metrics.items():
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(
+                "eval_metrics' metric {!r} is a {}, not a (value, update_op) pair. On shards, as on a TPU, each "
+                "metric is a pair as tf.compat.v1.metrics return it (e.g. tf.compat.v1.metrics.mean(x) for a Keras "
+                "Mean); Keras Metric objects are accepted only by upstream's CPU path.".format(
+                    name, type(pair).__name__
+                )
             )
 
 

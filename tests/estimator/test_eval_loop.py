@@ -269,3 +269,21 @@ def test_a_metric_value_that_reads_the_inputs_is_a_clear_error(tmp_path):
     estimator = _two_shard_estimator(str(tmp_path), _model_fn_with_metric_fn(metric_fn))
     with pytest.raises(ValueError, match=r"metric 'last_batch_mean': its value reads the function's input tensors"):
         estimator.evaluate(input_fn, steps=2)
+
+
+def test_a_keras_metric_object_or_a_result_that_is_not_a_dict_is_a_clear_error(tmp_path):
+    def keras_metric_fn(prediction, labels):
+        mean = tf.keras.metrics.Mean(name="mean_prediction")
+        mean.update_state(prediction)
+        return {"mse": tf.compat.v1.metrics.mean_squared_error(labels, prediction), "mean_prediction": mean}
+
+    estimator = _two_shard_estimator(str(tmp_path / "keras"), _model_fn_with_metric_fn(keras_metric_fn))
+    with pytest.raises(TypeError, match=r"metric 'mean_prediction' is a Mean, not a \(value, update_op\) pair"):
+        estimator.evaluate(input_fn, steps=2)
+
+    def list_metric_fn(prediction, labels):
+        return [tf.compat.v1.metrics.mean(prediction)]
+
+    estimator = _two_shard_estimator(str(tmp_path / "list"), _model_fn_with_metric_fn(list_metric_fn))
+    with pytest.raises(TypeError, match=r"must return a dict of metric name -> \(value, update_op\); got list"):
+        estimator.evaluate(input_fn, steps=2)
