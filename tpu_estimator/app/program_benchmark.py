@@ -255,18 +255,6 @@ def _estimator(p: Program, implementation: str, model_dir: str):
     categorical = [tf.feature_column.categorical_column_with_identity(k, n) for k, n in vocab.items()]
     columns = [tf.compat.v1.tpu.experimental.embedding_column(c, p.dim, combiner="sum") for c in categorical]
     batch_sizes = dict(train_batch_size=p.batch_size, eval_batch_size=p.batch_size, predict_batch_size=p.batch_size)
-    if implementation == DENSE_FLOOR:
-        import tpu_estimator as te
-
-        return te.TPUEstimator(
-            model_fn=_model_fn(p, None, dense_key, te.TPUEstimatorSpec, te.CrossShardOptimizer),
-            config=te.RunConfig(
-                model_dir=model_dir,
-                tpu_config=te.TPUConfig(iterations_per_loop=p.iterations_per_loop, num_shards=p.shards),
-            ),
-            use_tpu=True,
-            **batch_sizes,
-        )
     if implementation == "upstream":
         up = tf.compat.v1.estimator.tpu
         spec = up.experimental.EmbeddingConfigSpec(
@@ -283,10 +271,13 @@ def _estimator(p: Program, implementation: str, model_dir: str):
     import tpu_estimator as te
     from tpu_estimator import experimental as tex
 
-    spec = tex.EmbeddingConfigSpec(
-        feature_columns=columns,
-        optimization_parameters=tex.AdagradParameters(p.learning_rate, initial_accumulator=0.1),
-    )
+    if implementation == DENSE_FLOOR:
+        columns, embedding = None, {}  # The activations are an input: no tables.
+    else:
+        optimizer = tex.AdagradParameters(p.learning_rate, initial_accumulator=0.1)
+        embedding = {
+            "embedding_config_spec": tex.EmbeddingConfigSpec(feature_columns=columns, optimization_parameters=optimizer)
+        }
     return te.TPUEstimator(
         model_fn=_model_fn(p, columns, dense_key, te.TPUEstimatorSpec, te.CrossShardOptimizer),
         config=te.RunConfig(
@@ -294,7 +285,7 @@ def _estimator(p: Program, implementation: str, model_dir: str):
             tpu_config=te.TPUConfig(iterations_per_loop=p.iterations_per_loop, num_shards=p.shards),
         ),
         use_tpu=True,
-        embedding_config_spec=spec,
+        **embedding,
         **batch_sizes,
     )
 
