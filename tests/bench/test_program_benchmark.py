@@ -1,5 +1,6 @@
 """The whole-program benchmark: programs run as processes in turn, ratios per round, the bounds."""
 
+import os
 import sys
 
 import numpy as np
@@ -211,6 +212,11 @@ def test_overlap_alternates_the_program_and_the_pool_on_one_model(tmp_path):
         pb.run_overlap(p, "ours", str(tmp_path / "none"), None, 0)
     result = pb.run_overlap(p, "ours", str(tmp_path / "work"), None, 2)
     assert [pair["order"] for pair in result["pairs"]] == [["program", "pool"], ["pool", "program"]]
+    # What each call followed: setup, P, Q | Q, P.
+    assert [(pair["program_after"], pair["pool_after"]) for pair in result["pairs"]] == [
+        ("setup", "program"),
+        ("pool", "pool"),
+    ]
     for pair in result["pairs"]:
         assert pair["program"] > 0 and pair["pool"] > 0
         assert pair["ratio"] == pytest.approx(pair["program"] / pair["pool"])
@@ -218,6 +224,8 @@ def test_overlap_alternates_the_program_and_the_pool_on_one_model(tmp_path):
     assert result["global_step"] == p.first_steps + 4 * (p.total_steps - p.first_steps) == 44
     model_dir = str(tmp_path / "work" / "model")
     assert tf.train.load_variable(model_dir, "global_step") == 44
+    # The pool-fed calls read the file cache, filled once.
+    assert any(name.startswith("batches") for name in os.listdir(tmp_path / "work" / "pool"))
 
 
 def test_dense_floor_runs_in_each_pool_round_with_ours_interpreter(monkeypatch):
@@ -283,3 +291,30 @@ def test_dense_floor_trains_evaluates_and_predicts_without_tables(tmp_path):
         16,
     )
     assert not [name for name in names if "embedding" in name], names
+
+
+def test_failed_overlap_and_floor_runs_are_reported_and_bad_arguments_refused(monkeypatch):
+    def fake_run_child(p, kind, implementation, interpreter, tfrecord_path, timeout=3600, pairs=0):
+        if (kind, implementation) in (("overlap", "upstream"), ("compute", pb.DENSE_FLOOR)):
+            return {"error": "exit status 1: boom"}
+        if kind == "overlap":
+            return {"pairs": [{"program": 90.0, "pool": 100.0, "ratio": 0.9}]}
+        return {"examples_per_sec": 10.0, "evaluate_examples_per_sec": 5.0, "predict_examples_per_sec": 4.0}
+
+    monkeypatch.setattr(pb, "run_child", fake_run_child)
+    interpreters = {"ours": pb.Interpreter(sys.executable), "upstream": pb.Interpreter(sys.executable)}
+    p = pb.load_program("P_tiny")
+    result = pb.compare(p, 0, interpreters, log=lambda _: None, overlap_pairs=1, dense_floor=True)
+    assert (
+        result["ratios"]["overlap_upstream"] is None and result["ratios"]["pool_evaluate_floor_over_upstream"] is None
+    )
+    report = pb.markdown(result)
+    assert "Failed runs: upstream overlap: exit status 1: boom; dense_floor pool: exit status 1: boom." in report
+    assert "ours **90% (90%-90%)**, upstream -." in report
+    assert "The dense part alone" not in report
+    with pytest.raises(ValueError, match="overlap_pairs must be 0"):
+        pb.compare(p, 0, interpreters, overlap_pairs=-1)
+    with pytest.raises(ValueError, match="dense_floor runs in the pool rounds: it needs bounds"):
+        pb.compare(p, 0, interpreters, bounds=False, dense_floor=True)
+    with pytest.raises(ValueError, match=r"pool_rounds \(2\) is for runs=0"):
+        pb.compare(p, 1, interpreters, pool_rounds=2)

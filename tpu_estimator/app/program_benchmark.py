@@ -295,9 +295,16 @@ def _input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
 
 
 def dense_floor_input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
-    """The program's batches with its sparse features replaced by what the embedding layer would output: normal
-    `[batch, tables * dim]` activations under `ACTIVATIONS_KEY` (seeded per batch); the dense features and labels
-    are the program's."""
+    """The program's `input_fn` with its sparse features replaced by what the embedding layer would output.
+
+    Args:
+      p: the program.
+      tfrecord_path: its TFRecord file ('tfrecord' programs).
+
+    Returns:
+      An `input_fn(params)` of `(features, labels)`: `features[ACTIVATIONS_KEY]` normal `[batch, tables * dim]`
+      activations times 0.1, seeded per batch; the dense features (if any) and the labels are the program's.
+    """
     import tensorflow as tf
 
     vocab, dense_key = _feature_names(p)
@@ -307,7 +314,8 @@ def dense_floor_input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
     def replace_sparse(index, batch):
         features, labels = batch
         seed = tf.stack([tf.constant(p.seed + 7, tf.int64), index])
-        replaced = {ACTIVATIONS_KEY: 0.1 * tf.random.stateless_normal([p.batch_size, width], seed=seed)}
+        rows = tf.shape(labels)[0]
+        replaced = {ACTIVATIONS_KEY: 0.1 * tf.random.stateless_normal(tf.stack([rows, width]), seed=seed)}
         if dense_key is not None:
             replaced[dense_key] = features[dense_key]
         return replaced, labels
@@ -477,11 +485,20 @@ def run_overlap(
     (`_filled_pool`), the program's first in even pairs and second in odd ones, so that a drift of the machine
     within a pair cancels in the median. A pair's ratio is its program-fed loop rate over its pool-fed one: both
     measured back to back, in the same process, on the same model, as `_train_phase` measures the second
-    `train()` of a program.
+    `train()` of a program. Each call's predecessor is recorded (`<feed>_after`: 'setup', 'program' or 'pool'):
+    with this order, the program-fed call of every even pair after the first follows a program-fed call.
+
+    Args:
+      p: the program.
+      implementation: 'ours' or 'upstream'.
+      model_dir: an empty directory for the pool and the model.
+      tfrecord_path: the program's TFRecord file ('tfrecord' programs).
+      pairs: how many pairs.
 
     Returns:
-      `{'pairs': [{'order', 'program', 'pool', 'program_cores_busy', 'pool_cores_busy', 'ratio'}], 'global_step'}`:
-      rates in examples/s; `global_step` is the step the last call ended at.
+      `{'pairs': [{'order', 'program', 'pool', 'program_cores_busy', 'pool_cores_busy', 'program_after',
+      'pool_after', 'ratio'}], 'global_step'}`: rates in examples/s; `global_step` is the step the last call ended
+      at.
 
     Raises:
       ValueError: `pairs` is below 1.
@@ -493,7 +510,7 @@ def run_overlap(
     estimator = _estimator(p, implementation, os.path.join(model_dir, "model"))
     _train_phase(estimator, input_fn, p.first_steps, 0, p.batch_size)
     step, span = p.first_steps, p.total_steps - p.first_steps
-    measured = []
+    measured, previous = [], "setup"
     for pair in range(pairs):
         order = ("program", "pool") if pair % 2 == 0 else ("pool", "program")
         record: Dict[str, Any] = {"order": list(order)}
@@ -502,6 +519,7 @@ def run_overlap(
             step += span
             record[feed] = phase.get("loop_examples_per_sec")
             record[f"{feed}_cores_busy"] = phase.get("loop_cores_busy")
+            record[f"{feed}_after"], previous = previous, feed
         record["ratio"] = record["program"] / record["pool"] if record["program"] and record["pool"] else None
         measured.append(record)
     return {"pairs": measured, "global_step": step}
@@ -517,6 +535,16 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
     hooks' `end` (ours runs an evaluation in one run, then its metric updates; upstream runs one per step),
     `predict()`'s from the first prediction to the last. `implementation` `DENSE_FLOOR`: the program's dense part
     alone (`dense_floor_input_fn`), ours' loop: the rates that no embedding engine can beat.
+
+    Args:
+      p: the program.
+      implementation: 'ours', 'upstream' or `DENSE_FLOOR`.
+      model_dir: an empty directory for the pool and the model.
+      tfrecord_path: the program's TFRecord file ('tfrecord' programs).
+
+    Returns:
+      `{'examples_per_sec', 'loop_cores_busy'}` of the measured `train()`, plus `'evaluate_examples_per_sec'` and
+      `'predict_examples_per_sec'` when the program evaluates and predicts.
     """
     input_fn = dense_floor_input_fn(p, tfrecord_path) if implementation == DENSE_FLOOR else _input_fn(p, tfrecord_path)
     pooled_input_fn = _filled_pool(p, input_fn, model_dir)
@@ -673,8 +701,19 @@ def compare(
       result}]` and `'bounds': {'input': result}`. Ratios are per round: upstream / ours for times (above 1 ours
       is faster), ours / upstream for rates, and ours' loop over min(input alone, that round's pool rate); with
       `overlap_pairs`, `'overlap': {impl: result}` and the ratios `overlap_<impl>` (program-fed loop over
-      pool-fed loop, per pair).
+      pool-fed loop, per pair); with `dense_floor`, each compute round's `DENSE_FLOOR` entry and the ratios
+      `pool_{evaluate,predict}_floor_over_upstream` and `pool_{evaluate,predict}_ours_over_floor`.
+
+    Raises:
+      ValueError: `overlap_pairs` below 0, `dense_floor` without `bounds`, `pool_rounds` below 1 or other than 1
+        with `runs`.
     """
+    if overlap_pairs < 0:
+        raise ValueError(f"overlap_pairs must be 0 (none) or more, got {overlap_pairs}")
+    if dense_floor and not bounds:
+        raise ValueError("dense_floor runs in the pool rounds: it needs bounds")
+    if pool_rounds < 1 or (pool_rounds != 1 and runs):
+        raise ValueError(f"pool_rounds ({pool_rounds}) is for runs=0 and must be at least 1; runs > 0 pools each round")
     with tempfile.TemporaryDirectory(prefix="program_bench_data_") as workdir:
         tfrecord_path = write_tfrecords(p, workdir) if p.source == "tfrecord" else None
         result = _compare_in_turn(p, runs, interpreters, bounds, log, tfrecord_path, dense_floor, pool_rounds)
@@ -910,6 +949,15 @@ def markdown(result: Dict[str, Any]) -> str:
                 "Ours' loop over min(input alone, that round's computation alone): "
                 f"**{cell(ratios['loop_over_bound_ours'], '{:.0%}')}**."
             )
+    failed = [
+        f"{implementation} {kind}: {run['error']}"
+        for kind, runs in (("overlap", [result.get("overlap", {})]), ("pool", result.get("compute_rounds", [])))
+        for by_implementation in runs
+        for implementation, run in by_implementation.items()
+        if "error" in run
+    ]
+    if failed:
+        lines.append("Failed runs: " + "; ".join(failed) + ".")
     overlap = result.get("overlap")
     if overlap:
         pairs = max(len(overlap[i].get("pairs", [])) for i in IMPLEMENTATIONS)
