@@ -467,6 +467,12 @@ class EmbeddingBridge(object):
             for (device, replicas), host_batches in zip(self._hosts, batches)
         ]
 
+    def per_host(self, per_replica_values: List[Any]) -> List[Tuple[str, List[Any]]]:
+        """A list with one value per replica, split by host: `[(its CPU, its replicas' values)]`."""
+        if not self.multi_host:
+            return [(self._host_device, list(per_replica_values))]
+        return [(device, [per_replica_values[r] for r in replicas]) for device, replicas in self._hosts]
+
     def join_host_parts(self, parts: List[Any]):
         """The inverse of `host_parts` (without the devices): `(per_replica, batches)`."""
         if not self.multi_host:

@@ -1,18 +1,28 @@
-"""TRAIN's embedding infeed: the host stage of the embedding lookup, run ahead of the training loop by a thread.
+"""The embedding infeed: the host stage of the embedding lookup, run ahead of the step by a thread.
 
-An enqueue loop (its own `Session.run`, in a `TensorInfeedHook` thread) reads the input and preprocesses the
-embedding ids of several steps (`EmbeddingBridge.preprocess`) into a host queue; each training step dequeues one
-step and looks up its activations (`EmbeddingBridge.attach_activations`). On a cluster every host has its own
-queue on its CPU, holding its replicas' inputs and its deduplicated ids: nothing of it crosses the network.
+An enqueue loop (its own `Session.run`, in a `TensorInfeedHook` thread) runs a host stage for the next steps into
+host queues; each step dequeues one step's worth. What the host stage does depends on the mode:
+
+* TRAIN (`train_loop.py`): reads the input and preprocesses the embedding ids of several steps
+  (`EmbeddingBridge.preprocess`); the step looks up the activations itself (`EmbeddingBridge.attach_activations`),
+  after the previous step's update.
+* PREDICT (`predict_step.py`): the tables are read-only, so the stage reads the next batch, preprocesses its ids
+  and looks up its activations (`EmbeddingBridge.prepare`) while the current batch's `model_fn` runs; the step
+  dequeues inputs with their activations and the padding masks.
+
+On a cluster every host has its own queue on its CPU, holding its replicas' part of the step: nothing of it
+crosses the network.
 """
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
 from tpu_estimator import _tf_internal
-from tpu_estimator.embedding_bridge import EmbeddingBridge
-from tpu_estimator.input_pipeline import InputPipeline, TensorInfeedHook
+from tpu_estimator.input_pipeline import TensorInfeedHook
+
+# A step's structures per host: `[(host CPU device, structure of tensors and None leaves)]`.
+HostParts = List[Tuple[str, Any]]
 
 # How many preprocessed steps the embedding infeed thread may run ahead of the training loop.
 _DEPTH = 4
@@ -34,19 +44,27 @@ def steps_per_run(global_batch_size: Optional[int], num_features: int) -> int:
 
 
 class EmbeddingInfeed(object):
-    """Builds the enqueue loop now (outside the training loop) and the per-step dequeue later (inside it).
+    """Builds the enqueue loop now (outside the step) and the per-step dequeue later (inside it).
 
     Args:
-      pipeline: the built input pipeline of TRAIN.
-      bridge: the embedding bridge of TRAIN.
-      host_device: where the queue lives.
+      host_stage: builds one step's host stage and returns its parts per host (`HostParts`); called once, in the
+        enqueue loop's body.
+      host_device: where the loop's counter lives.
       sleep_secs: `TPUConfig.initial_infeed_sleep_secs`.
       steps: how many steps each `Session.run` of the thread prepares (`steps_per_run`).
+      errors_in_order: a failure of the host stage is raised after the steps queued before it
+        (`TensorInfeedHook`).
     """
 
-    def __init__(self, pipeline: InputPipeline, bridge: EmbeddingBridge, host_device: str, sleep_secs, steps: int):
-        self._pipeline = pipeline
-        self._bridge = bridge
+    def __init__(
+        self,
+        host_stage: Callable[[], HostParts],
+        host_device: str,
+        sleep_secs,
+        steps: int,
+        errors_in_order: bool = False,
+    ):
+        self._host_stage = host_stage
         self._host_device = host_device
         self._queues = None
         self._devices = None
@@ -62,11 +80,11 @@ class EmbeddingInfeed(object):
                 name="embedding_infeed_loop",
             )
         closes = [queue.close(cancel_pending_enqueues=True) for queue in self._queues]
-        self.hook = TensorInfeedHook(enqueue_op.op, closes[0] if len(closes) == 1 else tf.group(*closes), sleep_secs)
+        close = closes[0] if len(closes) == 1 else tf.group(*closes)
+        self.hook = TensorInfeedHook(enqueue_op.op, close, sleep_secs, errors_in_order)
 
     def _enqueue_step(self, index: tf.Tensor) -> tf.Tensor:
-        per_replica, batches = self._bridge.preprocess(self._pipeline.next_step().per_replica)
-        parts = self._bridge.host_parts(per_replica, batches)
+        parts = self._host_stage()
         # Absent parts (labels=None of a features-only input_fn) stay in the structure, not in the queue.
         tensors = [
             [t for t in tf.nest.flatten(structure, expand_composites=True) if t is not None] for _, structure in parts
@@ -89,8 +107,8 @@ class EmbeddingInfeed(object):
         with tf.device(self._host_device), tf.control_dependencies(enqueues):
             return index + 1
 
-    def dequeue(self) -> Tuple[List[Tuple[Any, Any]], Any]:
-        """In the training loop: one step's per-replica inputs with their activations, and the engine batches."""
+    def dequeue(self) -> List[Any]:
+        """In the step: one step's structure per host, in the order of the host stage's parts."""
         parts = []
         for queue, device, structure, tensors in zip(self._queues, self._devices, self._structures, self._tensors):
             with tf.device(device):
@@ -103,5 +121,4 @@ class EmbeddingInfeed(object):
                     None if t is None else next(values) for t in tf.nest.flatten(structure, expand_composites=True)
                 ]
                 parts.append(tf.nest.pack_sequence_as(structure, leaves, expand_composites=True))
-        per_replica, batches = self._bridge.join_host_parts(parts)
-        return self._bridge.attach_activations(per_replica, batches), batches
+        return parts

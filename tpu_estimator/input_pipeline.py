@@ -50,14 +50,29 @@ class DatasetInitializerHook(tf.compat.v1.train.SessionRunHook):
 class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
     """Runs an enqueue op in a thread while the shards compute; errors reach the caller.
 
-    When the thread fails, the queue is closed (so the training loop's dequeue stops instead of hanging) and the
-    error is raised from the next hook call in the main thread.
+    When the thread fails, the queue is closed (so the step's dequeue stops instead of hanging) and the error is
+    raised from the next hook call in the main thread; with `errors_in_order`, only at the end of the session, after
+    the step has dequeued what the thread had queued before it failed (its closed queue then ends the session).
+
+    Args:
+      enqueue_op: what the thread runs, again and again.
+      close_op: closes the queue(s) the step dequeues from.
+      sleep_secs: how long the thread waits before its first run.
+      errors_in_order: raise the thread's error after the steps it queued before failing (PREDICT: the batches
+        before a bad one are predicted), not at the next step.
     """
 
-    def __init__(self, enqueue_op: tf.Operation, close_op: tf.Operation, sleep_secs: Optional[int] = None):
+    def __init__(
+        self,
+        enqueue_op: tf.Operation,
+        close_op: tf.Operation,
+        sleep_secs: Optional[int] = None,
+        errors_in_order: bool = False,
+    ):
         self._enqueue_op = enqueue_op
         self._close_op = close_op
         self._sleep_secs = sleep_secs
+        self._errors_in_order = errors_in_order
         self._thread = None
         self._error = None
         self._stop = threading.Event()
@@ -98,7 +113,8 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
             raise error
 
     def after_run(self, run_context, run_values):
-        self._raise_if_failed()
+        if not self._errors_in_order:
+            self._raise_if_failed()
 
     def end(self, session):
         self._stop.set()

@@ -3,12 +3,21 @@
 read inputs, padded to the predict batch (`input_pipeline.py`) -> embedding lookup (`embedding_bridge.py`, tables
 read-only) -> replicate `model_fn` (`sharded_step.replicate_model_fn`) -> the predictions of all replicas joined on
 the host, padded rows dropped.
+
+With an `EmbeddingConfigSpec` the first two stages run ahead of the step, in the embedding infeed's thread
+(`embedding_infeed.py`): while one batch's `model_fn` runs (and the Estimator hands its predictions out row by row),
+the next batches are read and their activations looked up. Hooks still see one batch per `Session.run`.
 """
+
+from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, sharded_step
+from tpu_estimator import _estimator_lib, embedding_infeed, sharded_step
 from tpu_estimator.context import ShardingContext
+from tpu_estimator.embedding_bridge import EmbeddingBridge
+from tpu_estimator.embedding_infeed import EmbeddingInfeed
+from tpu_estimator.input_pipeline import InputPipeline
 from tpu_estimator.spec import call_scaffold_fn
 
 ModeKeys = _estimator_lib.ModeKeys
@@ -24,7 +33,9 @@ def build_predict(
     """
     pipeline, input_hooks = sharded_step.build_input_pipeline(settings, ctx, call_input_fn)
     bridge = sharded_step.embedding_bridge(settings, ctx)
-    per_replica, masks = sharded_step.read_step_with_embeddings(pipeline, bridge)
+    per_replica, masks, infeed_hook = _read_step(pipeline, bridge, ctx)
+    if infeed_hook is not None:
+        input_hooks = list(input_hooks) + [infeed_hook]
     specs = sharded_step.replicate_model_fn(settings, ctx, per_replica, bridge).specs
     if bridge is not None:
         bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
@@ -50,6 +61,29 @@ def build_predict(
         prediction_hooks=list(input_hooks) + list(spec.prediction_hooks),
         scaffold=call_scaffold_fn(spec.scaffold_fn),
     )
+
+
+def _read_step(
+    pipeline: InputPipeline, bridge: Optional[EmbeddingBridge], ctx: ShardingContext
+) -> Tuple[List[Tuple[Any, Any]], List[tf.Tensor], Optional[tf.compat.v1.train.SessionRunHook]]:
+    """Stages 1-2: each replica's `(features, labels)` with its activations, the padding masks, and the hook of the
+    embedding infeed that runs them ahead of the step (None without embeddings: the input's own prefetching is the
+    lookahead then)."""
+    if bridge is None:
+        step = pipeline.next_step()
+        return step.per_replica, step.padding_masks, None
+
+    def read_and_look_up() -> embedding_infeed.HostParts:
+        step = pipeline.next_step()
+        per_replica, _ = bridge.prepare(step.per_replica)
+        return bridge.per_host(list(zip(per_replica, step.padding_masks)))
+
+    # One batch per run of the thread: the step itself takes a Session.run per batch, so the thread's runs cost no
+    # more than the step's. A bad batch fails after the batches before it are predicted, as without the lookahead.
+    sleep_secs = ctx.config.tpu_config.initial_infeed_sleep_secs
+    infeed = EmbeddingInfeed(read_and_look_up, ctx.host_device, sleep_secs, 1, errors_in_order=True)
+    replicas = [replica for host_replicas in infeed.dequeue() for replica in host_replicas]
+    return [inputs for inputs, _ in replicas], [mask for _, mask in replicas], infeed.hook
 
 
 def _with_batch(tensor: tf.Tensor, batch_size: int) -> tf.Tensor:

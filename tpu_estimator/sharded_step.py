@@ -133,7 +133,7 @@ def _stamped_replicas(
 
 
 def read_step_with_embeddings(pipeline: InputPipeline, bridge: Optional[EmbeddingBridge]):
-    """EVAL/PREDICT: one step's input and, with embeddings, its activations looked up in the same step.
+    """EVAL: one step's input and, with embeddings, its activations looked up in the same step.
 
     Returns:
       `(per_replica, padding_masks)`: each replica's `(features, labels)` and the PREDICT padding masks (or None).

@@ -80,8 +80,7 @@ class TrainLoop(object):
         self._bridge = sharded_step.embedding_bridge(self._settings, ctx)
         if self._bridge is not None:
             self._infeed = EmbeddingInfeed(
-                self._pipeline,
-                self._bridge,
+                self._preprocess_ids,
                 ctx.host_device,
                 ctx.config.tpu_config.initial_infeed_sleep_secs,
                 embedding_infeed.steps_per_run(ctx.global_batch_size, len(self._bridge.features)),
@@ -180,7 +179,12 @@ class TrainLoop(object):
         """Stages 1-2: each replica's `(features, labels)` (with activations) and the engine batches (or None)."""
         if self._infeed is None:
             return self._pipeline.next_step().per_replica, None
-        return self._infeed.dequeue()
+        per_replica, batches = self._bridge.join_host_parts(self._infeed.dequeue())
+        return self._bridge.attach_activations(per_replica, batches), batches
+
+    def _preprocess_ids(self) -> embedding_infeed.HostParts:
+        """The embedding infeed's host stage: a step's input read and its ids preprocessed, per host."""
+        return self._bridge.host_parts(*self._bridge.preprocess(self._pipeline.next_step().per_replica))
 
     def _replicate_model_fn(self, per_replica: List[Any]) -> sharded_step.Replicas:
         """Stage 3: `model_fn` on every replica; checks that replica 0 returned a loss and a train op.
