@@ -24,7 +24,7 @@ from tpu_estimator.input_pipeline import TensorInfeedHook
 # A step's structures per host: `[(host CPU device, structure of tensors and None leaves)]`.
 HostParts = List[Tuple[str, Any]]
 
-# How many preprocessed steps the embedding infeed thread may run ahead of the training loop.
+# How many prepared steps the embedding infeed thread may queue ahead of the step.
 _DEPTH = 4
 # How many steps the embedding infeed thread prepares per Session.run: enough steps that the run's fixed cost
 # (~0.1 ms) is amortised over about this many ids, at least _MIN_STEPS_PER_RUN and at most _MAX_STEPS_PER_RUN.
@@ -50,20 +50,26 @@ class EmbeddingInfeed(object):
       host_stage: builds one step's host stage and returns its parts per host (`HostParts`); called once, in the
         enqueue loop's body.
       host_device: where the loop's counter lives.
-      sleep_secs: `TPUConfig.initial_infeed_sleep_secs`.
       steps: how many steps each `Session.run` of the thread prepares (`steps_per_run`).
       errors_in_order: a failure of the host stage is raised after the steps queued before it
-        (`TensorInfeedHook`).
+        (`TensorInfeedHook`); needs one step per run.
+
+    Raises:
+      ValueError: `errors_in_order` with more than one step per run.
+
+    `TPUConfig.initial_infeed_sleep_secs` is slept once, by the input pipeline's hook before the iterators start:
+    the thread starts after it and does not sleep again.
     """
 
     def __init__(
         self,
         host_stage: Callable[[], HostParts],
         host_device: str,
-        sleep_secs,
         steps: int,
         errors_in_order: bool = False,
     ):
+        if errors_in_order and steps != 1:
+            raise ValueError("errors_in_order needs one step per run of the infeed thread, got {}.".format(steps))
         self._host_stage = host_stage
         self._host_device = host_device
         self._queues = None
@@ -81,7 +87,7 @@ class EmbeddingInfeed(object):
             )
         closes = [queue.close(cancel_pending_enqueues=True) for queue in self._queues]
         close = closes[0] if len(closes) == 1 else tf.group(*closes)
-        self.hook = TensorInfeedHook(enqueue_op.op, close, sleep_secs, errors_in_order)
+        self.hook = TensorInfeedHook(enqueue_op.op, close, errors_in_order=errors_in_order)
 
     def _enqueue_step(self, index: tf.Tensor) -> tf.Tensor:
         parts = self._host_stage()

@@ -107,7 +107,7 @@ class EvalLoop(object):
 
     def _step(self, step: tf.Tensor, total_loss: tf.Tensor) -> List[tf.Tensor]:
         """One evaluation step, the loop body: `[step + 1, total_loss + replica 0's loss]`."""
-        per_replica, _ = sharded_step.read_step_with_embeddings(self._pipeline, self._bridge)
+        per_replica = sharded_step.read_step_with_embeddings(self._pipeline, self._bridge)
         specs = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, self._bridge).specs
         spec = specs[0]
         if spec.loss is None:

@@ -51,15 +51,18 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
     """Runs an enqueue op in a thread while the shards compute; errors reach the caller.
 
     When the thread fails, the queue is closed (so the step's dequeue stops instead of hanging) and the error is
-    raised from the next hook call in the main thread; with `errors_in_order`, only at the end of the session, after
-    the step has dequeued what the thread had queued before it failed (its closed queue then ends the session).
+    raised from the next hook call in the main thread. With `errors_in_order` it is raised at the end of the
+    session, and only if the step took every step the thread had queued before it failed (the closed queue then
+    ended the session): a caller that stopped earlier (a hook's `request_stop`, a generator closed) never asked for
+    the failing step, and gets no error for it. An error the thread meets once the session is ending is not one.
 
     Args:
       enqueue_op: what the thread runs, again and again.
       close_op: closes the queue(s) the step dequeues from.
       sleep_secs: how long the thread waits before its first run.
-      errors_in_order: raise the thread's error after the steps it queued before failing (PREDICT: the batches
-        before a bad one are predicted), not at the next step.
+      errors_in_order: each run of `enqueue_op` queues one step, and each `Session.run` of the caller takes one;
+        the thread's error comes after the steps it queued before failing (PREDICT: the batches before a bad one
+        are predicted), not at the next step.
     """
 
     def __init__(
@@ -76,10 +79,13 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
         self._thread = None
         self._error = None
         self._stop = threading.Event()
+        self._steps_queued = 0  # runs of enqueue_op that succeeded
+        self._steps_taken = 0  # runs of the caller that succeeded
 
     def after_create_session(self, session, coord):
         self._stop.clear()
         self._error = None
+        self._steps_queued = self._steps_taken = 0
         self._thread = threading.Thread(target=self._feed, args=(session,), name="tensor_infeed", daemon=True)
         self._thread.start()
 
@@ -94,11 +100,13 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
                 time.sleep(self._sleep_secs)
             while not self._stop.is_set():
                 session.run(self._enqueue_op, options=options)
+                self._steps_queued += 1
         except (tf.errors.CancelledError, tf.errors.OutOfRangeError) as error:
             if not self._stop.is_set() and isinstance(error, tf.errors.OutOfRangeError):
                 self._close(session)
         except Exception as error:
-            self._error = error
+            if not self._stop.is_set():
+                self._error = error
             self._close(session)
 
     def _close(self, session) -> None:
@@ -113,6 +121,7 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
             raise error
 
     def after_run(self, run_context, run_values):
+        self._steps_taken += 1
         if not self._errors_in_order:
             self._raise_if_failed()
 
@@ -121,6 +130,8 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
         self._close(session)
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self._errors_in_order and self._steps_taken < self._steps_queued:
+            self._error = None  # the caller stopped before the failing step
         self._raise_if_failed()
 
 

@@ -34,8 +34,6 @@ def build_predict(
     pipeline, input_hooks = sharded_step.build_input_pipeline(settings, ctx, call_input_fn)
     bridge = sharded_step.embedding_bridge(settings, ctx)
     per_replica, masks, infeed_hook = _read_step(pipeline, bridge, ctx)
-    if infeed_hook is not None:
-        input_hooks = list(input_hooks) + [infeed_hook]
     specs = sharded_step.replicate_model_fn(settings, ctx, per_replica, bridge).specs
     if bridge is not None:
         bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
@@ -58,7 +56,8 @@ def build_predict(
     return _estimator_lib.EstimatorSpec(
         mode=ModeKeys.PREDICT,
         predictions=predictions,
-        prediction_hooks=list(input_hooks) + list(spec.prediction_hooks),
+        # The infeed's hook last: the error of a bad batch is raised from its `end`, after every other hook's.
+        prediction_hooks=list(input_hooks) + list(spec.prediction_hooks) + ([infeed_hook] if infeed_hook else []),
         scaffold=call_scaffold_fn(spec.scaffold_fn),
     )
 
@@ -80,8 +79,7 @@ def _read_step(
 
     # One batch per run of the thread: the step itself takes a Session.run per batch, so the thread's runs cost no
     # more than the step's. A bad batch fails after the batches before it are predicted, as without the lookahead.
-    sleep_secs = ctx.config.tpu_config.initial_infeed_sleep_secs
-    infeed = EmbeddingInfeed(read_and_look_up, ctx.host_device, sleep_secs, 1, errors_in_order=True)
+    infeed = EmbeddingInfeed(read_and_look_up, ctx.host_device, 1, errors_in_order=True)
     replicas = [replica for host_replicas in infeed.dequeue() for replica in host_replicas]
     return [inputs for inputs, _ in replicas], [mask for _, mask in replicas], infeed.hook
 

@@ -132,14 +132,13 @@ def _stamped_replicas(
     return Replicas(specs, stamped.num_reductions)
 
 
-def read_step_with_embeddings(pipeline: InputPipeline, bridge: Optional[EmbeddingBridge]):
+def read_step_with_embeddings(pipeline: InputPipeline, bridge: Optional[EmbeddingBridge]) -> List[Tuple[Any, Any]]:
     """EVAL: one step's input and, with embeddings, its activations looked up in the same step.
 
     Returns:
-      `(per_replica, padding_masks)`: each replica's `(features, labels)` and the PREDICT padding masks (or None).
+      Each replica's `(features, labels)`.
     """
-    step = pipeline.next_step()
+    per_replica = pipeline.next_step().per_replica
     if bridge is None:
-        return step.per_replica, step.padding_masks
-    per_replica, _ = bridge.prepare(step.per_replica)
-    return per_replica, step.padding_masks
+        return per_replica
+    return bridge.prepare(per_replica)[0]

@@ -82,7 +82,6 @@ class TrainLoop(object):
             self._infeed = EmbeddingInfeed(
                 self._preprocess_ids,
                 ctx.host_device,
-                ctx.config.tpu_config.initial_infeed_sleep_secs,
                 embedding_infeed.steps_per_run(ctx.global_batch_size, len(self._bridge.features)),
             )
             input_hooks = list(input_hooks) + [self._infeed.hook]

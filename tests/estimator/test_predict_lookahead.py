@@ -129,46 +129,63 @@ def test_next_batch_is_read_and_looked_up_while_the_current_one_runs(tmp_path, n
     reads = _BatchesRead()
     estimator = _estimator(tmp_path, reads, num_shards)
     runs = _RunCounter()
-    start = time.perf_counter()
     predictions = list(estimator.predict(_input_fn(reads), hooks=[runs]))
-    elapsed = time.perf_counter() - start
     assert [p["row"] for p in predictions] == list(range(N))
     np.testing.assert_allclose([p["logit"] for p in predictions], TABLE[IDS] @ READOUT, rtol=1e-5)
     # Every batch's step found the next batch already read (the wait never ran out).
     assert all(p["next_batch_read_during_step"] for p in predictions)
-    assert elapsed < WAIT_SECS * 2
     # Hooks see one batch per Session.run.
     assert runs.runs == BATCHES
 
 
 def _infeed_threads():
-    return [t for t in threading.enumerate() if t.name == "tensor_infeed" and t.is_alive()]
+    return {t for t in threading.enumerate() if t.name == "tensor_infeed" and t.is_alive()}
 
 
 def test_stopping_early_ends_the_lookahead_and_predict_runs_again(tmp_path):
     reads = _BatchesRead()
     estimator = _estimator(tmp_path, reads)
-    before = len(_infeed_threads())
-    generator = estimator.predict(_input_fn(reads))
+    long_ids = np.tile(IDS, 10)  # 47 batches: the thread fills its queue and waits to enqueue the next
+    before = _infeed_threads()
+    generator = estimator.predict(_input_fn(reads, ids=long_ids))
     first = next(generator)
     assert first["row"] == 0
     np.testing.assert_allclose(first["logit"], TABLE[IDS[0]] @ READOUT, rtol=1e-5)
+    started = _infeed_threads() - before
+    assert len(started) == 1 and reads.count < 47  # blocked on the full queue, not at the end of the input
     generator.close()
-    deadline = time.monotonic() + 10
-    while len(_infeed_threads()) > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(_infeed_threads()) == before
+    thread = started.pop()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
     reads.count = 0  # the model's waits read this counter: the second call's input counts from 0 again
     predictions = list(estimator.predict(_input_fn(reads)))
     assert [p["row"] for p in predictions] == list(range(N))
     assert all(p["next_batch_read_during_step"] for p in predictions)
 
 
+class _StopAfterFirstBatch(tf.compat.v1.train.SessionRunHook):
+    """Stops predict after the first batch, once the input has read the bad batch 3 (so the thread failed on it)."""
+
+    def __init__(self, reads: _BatchesRead):
+        self._reads = reads
+
+    def after_run(self, run_context, run_values):
+        with self._reads.lock:
+            self._reads.lock.wait_for(lambda: self._reads.count >= 4, timeout=WAIT_SECS)
+        time.sleep(0.5)  # the thread's run that read batch 3 fails in its id check
+        run_context.request_stop()
+
+
+def _bad_ids():
+    bad = IDS.copy()
+    bad[3 * G + 1] = 10  # batch 3 reads past the table's 10 rows
+    return bad
+
+
 def test_a_bad_id_in_a_later_batch_names_its_feature_after_the_earlier_predictions(tmp_path):
     reads = _BatchesRead()
     estimator = _estimator(tmp_path, reads)
-    bad = IDS.copy()
-    bad[3 * G + 1] = 10  # batch 3 reads past the table's 10 rows
+    bad = _bad_ids()
     rows = []
     start = time.perf_counter()
     with pytest.raises(
@@ -179,3 +196,11 @@ def test_a_bad_id_in_a_later_batch_names_its_feature_after_the_earlier_predictio
     assert time.perf_counter() - start < 30
     # The batches before the bad one were predicted, however far the lookahead had read when the error came.
     assert rows == list(range(3 * G))
+
+
+def test_a_caller_that_stops_before_a_bad_batch_gets_no_error_for_it(tmp_path):
+    reads = _BatchesRead()
+    estimator = _estimator(tmp_path, reads)
+    predictions = list(estimator.predict(_input_fn(reads, ids=_bad_ids()), hooks=[_StopAfterFirstBatch(reads)]))
+    assert reads.count >= 4  # the lookahead did read the bad batch
+    assert [p["row"] for p in predictions] == list(range(G))

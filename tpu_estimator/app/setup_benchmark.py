@@ -87,8 +87,15 @@ def load_setup_program(name_or_path: str, program_dir: str = PROGRAM_DIR) -> Set
 # The program, run inside a child process.
 
 
-def _input_fn(p: SetupProgram) -> Callable:
-    """Token ids and binary labels, generated per batch from stateless seeds."""
+def input_fn_of(p: SetupProgram) -> Callable:
+    """The program's `input_fn`: token ids and binary labels, generated per batch from stateless seeds.
+
+    Args:
+      p: the setup program.
+
+    Returns:
+      An `input_fn(params)` returning an endless `Dataset` of `({"input_ids": [batch, seq]}, labels)`.
+    """
     import tensorflow as tf
 
     def input_fn(params):
@@ -105,8 +112,16 @@ def _input_fn(p: SetupProgram) -> Callable:
     return input_fn
 
 
-def _encoder(p: SetupProgram, input_ids):
-    """The transformer encoder's first-token output `[batch, hidden]`; every initializer has its own op seed."""
+def encoder(p: SetupProgram, input_ids):
+    """Builds the program's transformer encoder; every initializer has its own op seed.
+
+    Args:
+      p: the setup program (layers, hidden size, heads, vocabulary, sequence length).
+      input_ids: `[batch, seq_length]` token ids.
+
+    Returns:
+      The pooled first-token output, `[batch, hidden]`.
+    """
     import tensorflow as tf
 
     seeds = iter(range(1, 10**6))
@@ -160,7 +175,7 @@ def _model_fn(p: SetupProgram, spec_cls, cross_shard, calls: Dict[str, float]):
         del params
         start = time.perf_counter()
         logits = tf.compat.v1.layers.dense(
-            _encoder(p, features["input_ids"]),
+            encoder(p, features["input_ids"]),
             2,
             kernel_initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.02, seed=0),
             name="classifier",
@@ -277,7 +292,7 @@ def run_setup(p: SetupProgram, implementation: str, shards: int, model_dir: str)
     phases: Dict[str, float] = {}
     with _timed_phases(phases, implementation):
         begin = time.perf_counter()
-        estimator.train(_input_fn(p), max_steps=1, hooks=[Marks()])
+        estimator.train(input_fn_of(p), max_steps=1, hooks=[Marks()])
         end = time.perf_counter()
     weights = [n for n in estimator.get_variable_names() if n.startswith(("bert/", "classifier/")) and "/Adam" not in n]
     weights_abs_sum = float(sum(np.abs(estimator.get_variable_value(n)).astype(np.float64).sum() for n in weights))
