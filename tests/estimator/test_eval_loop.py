@@ -287,3 +287,23 @@ def test_a_keras_metric_object_or_a_result_that_is_not_a_dict_is_a_clear_error(t
     estimator = _two_shard_estimator(str(tmp_path / "list"), _model_fn_with_metric_fn(list_metric_fn))
     with pytest.raises(TypeError, match=r"must return a dict of metric name -> \(value, update_op\); got list"):
         estimator.evaluate(input_fn, steps=2)
+
+
+def test_a_step_whose_second_replica_finds_no_batch_is_not_counted_as_read(tmp_path):
+    # PER_HOST_V2: each replica reads its own batch of the one dataset, replica 1 after replica 0. Five
+    # per-replica batches give two whole steps; in the third, replica 0 reads the fifth and replica 1 finds none.
+    config = te.RunConfig(
+        model_dir=str(tmp_path),
+        tpu_config=te.TPUConfig(
+            iterations_per_loop=2, num_shards=2, per_host_input_for_training=te.InputPipelineConfig.PER_HOST_V2
+        ),
+    )
+    estimator = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=BATCH, eval_batch_size=BATCH)
+
+    def five_replica_batches(params):
+        rows = 5 * params["batch_size"]
+        return tf.data.Dataset.from_tensor_slices(({"x": X[:rows]}, Y[:rows])).batch(params["batch_size"], True)
+
+    with pytest.raises(ValueError, match=r"The evaluation input ended after 2 step\(s\) of a loop") as raised:
+        estimator.evaluate(five_replica_batches, steps=4)
+    assert raised.value.steps_read == 2

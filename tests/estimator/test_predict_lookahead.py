@@ -103,8 +103,9 @@ def _estimator(tmp_path, reads, num_shards=1):
         feature_to_config_dict={"ids": tex.FeatureConfig("t")},
         optimization_parameters=tex.StochasticGradientDescentParameters(0.0),
     )
-    # Each replica's wait blocks one of the session's inter-op threads: leave the input threads to run.
-    session_config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=8)
+    # Each replica's wait blocks one of the session's inter-op threads: leave the input threads to run. The session
+    # gets a pool of its own (the process-wide pool is sized by the process's first session, e.g. an earlier test's).
+    session_config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=8, use_per_session_threads=True)
     config = te.RunConfig(
         model_dir=str(tmp_path), session_config=session_config, tpu_config=te.TPUConfig(num_shards=num_shards)
     )
