@@ -417,3 +417,31 @@ def test_eval_on_cpu_path_reads_the_logical_tables(tmp_path):
     )
     metrics = cpu.evaluate(input_fn, steps=2)
     np.testing.assert_allclose(metrics["mean_logit"], logits[: 2 * G].mean(), rtol=1e-5)
+
+
+def test_initial_infeed_sleep_is_slept_once_with_the_embedding_infeed(tmp_path, monkeypatch):
+    from tpu_estimator import input_pipeline
+
+    sleep_secs = 1  # nothing else in this run sleeps exactly 1 s
+    real_sleep = input_pipeline.time.sleep
+    slept = []
+
+    def recording_sleep(seconds):
+        if seconds == sleep_secs:
+            slept.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(input_pipeline.time, "sleep", recording_sleep)
+    config = te.RunConfig(
+        model_dir=str(tmp_path),
+        tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=2, initial_infeed_sleep_secs=sleep_secs),
+    )
+    estimator = te.TPUEstimator(
+        model_fn=model_fn,
+        config=config,
+        train_batch_size=G,
+        embedding_config_spec=make_spec(tex.StochasticGradientDescentParameters(0.3)),
+    )
+    estimator.train(input_fn, max_steps=2)
+    assert slept == [sleep_secs]  # the input's initialiser sleeps; the embedding infeed's thread does not again
+    assert estimator.get_variable_value("global_step") == 2
