@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -104,6 +106,31 @@ def test_eval_and_predict_on_cluster_equal_single_host(tmp_path_factory, cluster
     ]
     expected = [p["logit"] for p in model.estimator(local.model_dir, input_mode=v1).predict(predict_fn)]
     assert len(got) == 40
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_closing_predict_early_on_a_cluster_ends_the_lookahead_and_predict_runs_again(tmp_path_factory, cluster2):
+    """The generator closed after one row: the infeed thread, blocked enqueueing into a full host queue on a worker,
+    ends when the remote session closes; the next `predict()` reads from its own queue (no batch left over)."""
+    on_cluster, _, local = _train_pair(tmp_path_factory, cluster2, "div")
+    estimator = model.estimator(on_cluster.model_dir, cluster=cluster2.resolver())
+    before = {t for t in threading.enumerate() if t.name == "tensor_infeed"}
+    # 256 rows in batches of 8: far more batches than the host queues hold, so the thread waits on a full queue.
+    generator = estimator.predict(model.make_input_fn(global_batch=8, labels=False))
+    first = next(generator)
+    started = {t for t in threading.enumerate() if t.name == "tensor_infeed" and t.is_alive()} - before
+    assert len(started) == 1
+    thread = started.pop()
+    time.sleep(1.0)  # the thread fills the queues and blocks
+    assert thread.is_alive()
+    generator.close()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    expected = [
+        p["logit"] for p in model.estimator(local.model_dir).predict(model.make_input_fn(8, labels=False, rows=40))
+    ]
+    np.testing.assert_allclose(first["logit"], expected[0], rtol=1e-5)
+    got = [p["logit"] for p in estimator.predict(model.make_input_fn(global_batch=8, labels=False, rows=40))]
     np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
