@@ -460,11 +460,10 @@ class EmbeddingBridge(object):
 
     def host_parts(self, per_replica: List[Tuple[Any, Any]], batches) -> List[Tuple[str, Any]]:
         """`preprocess`'s output per host: `[(its CPU, (its replicas' inputs, its batches))]`."""
-        if not self.multi_host:
-            return [(self._host_device, (per_replica, batches))]
+        batches_per_host = batches if self.multi_host else [batches]
         return [
-            (device, ([per_replica[r] for r in replicas], host_batches))
-            for (device, replicas), host_batches in zip(self._hosts, batches)
+            (device, (host_per_replica, host_batches))
+            for (device, host_per_replica), host_batches in zip(self.per_host(per_replica), batches_per_host)
         ]
 
     def per_host(self, per_replica_values: List[Any]) -> List[Tuple[str, List[Any]]]:
