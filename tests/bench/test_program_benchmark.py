@@ -35,12 +35,26 @@ def _fake_result(wall, loop, evaluate, predict):
         "cpu_seconds": wall * 1.5,
         "cores_busy": 1.5,
         "seconds_import": 1.0,
-        "first_train": {"seconds": 2.0, "seconds_to_first_step": 1.5},
-        "second_train": {"seconds": 3.0, "loop_cores_busy": 1.2},
+        "first_train": {"seconds": 2.0, "seconds_to_first_step": 1.5, "seconds_after_hooks": 0.25},
+        "second_train": {"seconds": 3.0, "loop_cores_busy": 1.2, "seconds_after_hooks": 0.5},
         "loop_examples_per_sec": loop,
-        "evaluate": {"seconds": evaluate},
-        "predict": {"seconds": predict},
+        "evaluate": {"seconds": evaluate, "seconds_after_hooks": evaluate / 2},
+        "predict": {"seconds": predict, "seconds_after_hooks": 0.25},
     }
+
+
+def test_the_session_close_is_reported_and_left_out_of_the_evaluate_ratio_to_the_hooks_end():
+    def run(evaluate, after):
+        result = _fake_result(10.0, 100.0, evaluate, 1.0)
+        result["evaluate"]["seconds_after_hooks"] = after
+        return result
+
+    # Whole calls 5 / 3; without the close (1 s each) 4 / 2. A call without the figure is left out of that ratio.
+    rounds = [{"ours": run(3.0, 1.0), "upstream": run(5.0, 1.0)}, {"ours": run(3.0, None), "upstream": run(6.0, 1.0)}]
+    assert pb._phase_ratio(rounds, "evaluate")["values"] == [5 / 3, 2.0]
+    assert pb._phase_ratio(rounds, "evaluate", to_hooks_end=True)["values"] == [2.0]
+    assert pb.seconds_after_hooks(rounds[0]["ours"]) == 0.25 + 0.5 + 1.0 + 0.25
+    assert pb.seconds_after_hooks(rounds[1]["ours"]) is None
 
 
 def test_ratios_are_taken_within_each_round(monkeypatch):
@@ -75,6 +89,9 @@ def test_ratios_are_taken_within_each_round(monkeypatch):
     np.testing.assert_allclose(result["ratios"]["loop_over_bound_ours"]["values"], [2.0, 2 / 3, 10.0])
     report = pb.markdown(result)
     assert "wall time upstream / ours **2.00 (1.00-3.00)**" in report
+    # evaluate() is wall / 10, half of it after the hooks' end: ours 10, 30, 5 s walls give 1.5, 2.5, 1.25 s.
+    assert "| the four calls' session close, after their hooks' end (s) | 1.50 (1.25-2.50) |" in report
+    assert "(to its hooks' end, without the session's close: 2.00 (1.00-3.00))" in report
     assert "| wall time, whole process (s) | 10.0 (5.0-30.0) | 20.0 (15.0-30.0) |" in report
     assert (
         "Bounds (examples/s, median (range) of 3 pool run(s), one after each round's pair): input pipeline alone "
@@ -116,6 +133,8 @@ def test_tiny_program_runs_as_processes_and_reports_every_phase():
         assert 0 < run["cpu_seconds"] and run["loop_examples_per_sec"] > 0
         assert 0.0 <= run["evaluate"]["auc"] <= 1.0
         assert run["predict"]["rows"] == p.predict_batches * p.batch_size
+        for call in (run["first_train"], run["second_train"], run["evaluate"], run["predict"]):
+            assert 0 <= call["seconds_after_hooks"] < call["seconds"]
         # The second train() of ours runs (14 - 4) / 5 = 2 loops; upstream one step per run.
         assert run["second_train"]["runs"] == (2 if implementation == "ours" else 10)
     assert result["bounds"]["input"]["examples_per_sec"] > 0, result["bounds"]["input"]
@@ -159,7 +178,7 @@ def test_time_to_first_step_ends_when_the_first_run_begins():
     import time
 
     class LoopEstimator:
-        """Setup takes 0.1 s; then one run of a loop of steps takes 0.3 s."""
+        """Setup takes 0.1 s; then one run of a loop of steps takes 0.3 s; the session closes in 0.2 s."""
 
         def train(self, input_fn, max_steps, hooks):
             (hook,) = hooks
@@ -169,10 +188,12 @@ def test_time_to_first_step_ends_when_the_first_run_begins():
             time.sleep(0.3)
             hook.after_run(None, None)
             hook.end(None)
+            time.sleep(0.2)
 
     phase = pb._train_phase(LoopEstimator(), None, max_steps=20, previous_steps=0, batch_size=8)
     assert 0.1 <= phase["seconds_to_first_step"] < 0.25
-    assert phase["seconds"] >= 0.4 and phase["runs"] == 1
+    assert phase["seconds"] >= 0.6 and phase["runs"] == 1
+    assert 0.2 <= phase["seconds_after_hooks"] < 0.3  # the close after the hooks' end
 
 
 def test_overlap_runs_one_process_per_implementation_after_the_rounds(monkeypatch):

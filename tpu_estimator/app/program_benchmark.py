@@ -359,6 +359,10 @@ class _RunTimes(object):
 
         return RunTimesHook()
 
+    def seconds_after_hooks(self, call_end: float) -> Optional[float]:
+        """From the hooks' `end` to the call's return: the session's close (and the Estimator's summary writing)."""
+        return None if self.ended is None else call_end - self.ended
+
 
 def _train_phase(estimator, input_fn, max_steps: int, previous_steps: int, batch_size: int) -> Dict[str, float]:
     """One `train()` call: its duration, time to session and to first step, and its loop rate after the first run."""
@@ -374,6 +378,7 @@ def _train_phase(estimator, input_fn, max_steps: int, previous_steps: int, batch
         # count ours' first loop of up to iterations_per_loop steps against upstream's one step.
         "seconds_to_first_step": (times.before[0] if times.before else end) - start,
         "runs": len(times.runs),
+        "seconds_after_hooks": times.seconds_after_hooks(end),
     }
     if len(times.runs) >= 2:
         steps_after_first = steps * (len(times.runs) - 1) / len(times.runs)
@@ -404,18 +409,34 @@ def run_program(p: Program, implementation: str, model_dir: str, tfrecord_path: 
         "loop_examples_per_sec": second.get("loop_examples_per_sec"),
     }
     if p.eval_steps:
+        times = _RunTimes()
         begin = time.perf_counter()
-        metrics = estimator.evaluate(input_fn, steps=p.eval_steps)
-        out["evaluate"] = {"seconds": time.perf_counter() - begin, "auc": float(metrics["auc"])}
+        metrics = estimator.evaluate(input_fn, steps=p.eval_steps, hooks=[times.hook()])
+        end = time.perf_counter()
+        out["evaluate"] = {
+            "seconds": end - begin,
+            "auc": float(metrics["auc"]),
+            "seconds_after_hooks": times.seconds_after_hooks(end),
+        }
     if p.predict_batches:
 
         def predict_input_fn(params):
             return input_fn(params).take(p.predict_batches).map(lambda features, labels: features)
 
+        times = _RunTimes()
         begin = time.perf_counter()
-        rows = sum(1 for _ in estimator.predict(predict_input_fn, yield_single_examples=True))
-        out["predict"] = {"seconds": time.perf_counter() - begin, "rows": rows}
+        rows = sum(1 for _ in estimator.predict(predict_input_fn, hooks=[times.hook()], yield_single_examples=True))
+        end = time.perf_counter()
+        out["predict"] = {"seconds": end - begin, "rows": rows, "seconds_after_hooks": times.seconds_after_hooks(end)}
     return out
+
+
+def seconds_after_hooks(run: Dict[str, Any]) -> Optional[float]:
+    """A program's four calls' time from their hooks' end to their return (`train()` twice, `evaluate()`,
+    `predict()`), summed; None when a call did not report it."""
+    calls = [run["first_train"], run["second_train"], run.get("evaluate"), run.get("predict")]
+    values = [call.get("seconds_after_hooks") for call in calls if call is not None]
+    return None if any(v is None for v in values) else sum(values)
 
 
 def run_input_only(p: Program, tfrecord_path: Optional[str], batches: int = 300) -> Dict[str, Any]:
@@ -769,6 +790,7 @@ def _compare_in_turn(
         ),
         "evaluate_upstream_over_ours": _phase_ratio(complete, "evaluate"),
         "predict_upstream_over_ours": _phase_ratio(complete, "predict"),
+        "evaluate_to_hooks_end_upstream_over_ours": _phase_ratio(complete, "evaluate", to_hooks_end=True),
         "loop_ours_over_upstream": summary(
             [
                 rr["ours"]["loop_examples_per_sec"] / rr["upstream"]["loop_examples_per_sec"]
@@ -847,11 +869,18 @@ def _pool_ratios(rounds, compute_rounds, input_rate: Optional[float]) -> Dict[st
     }
 
 
-def _phase_ratio(rounds, phase: str) -> Optional[Dict[str, float]]:
-    """Per round, upstream's seconds in `phase` over ours (above 1: ours is faster)."""
-    return summary(
-        [rr["upstream"][phase]["seconds"] / rr["ours"][phase]["seconds"] for rr in rounds if phase in rr["ours"]]
-    )
+def _phase_ratio(rounds, phase: str, to_hooks_end: bool = False) -> Optional[Dict[str, float]]:
+    """Per round, upstream's seconds in `phase` over ours (above 1: ours is faster); with `to_hooks_end`, each
+    call's seconds up to its hooks' end (without the session's close)."""
+
+    def seconds(call):
+        if not to_hooks_end:
+            return call["seconds"]
+        after = call.get("seconds_after_hooks")
+        return None if after is None else call["seconds"] - after
+
+    pairs = [(seconds(rr["upstream"][phase]), seconds(rr["ours"][phase])) for rr in rounds if phase in rr["ours"]]
+    return summary([up / ours for up, ours in pairs if up is not None and ours is not None])
 
 
 def _per_impl(rounds, implementation: str, get: Callable[[Dict[str, Any]], Optional[float]]):
@@ -892,6 +921,7 @@ def markdown(result: Dict[str, Any]) -> str:
             lambda r: r.get("predict", {}).get("seconds"),
             "{:.1f}",
         ),
+        ("the four calls' session close, after their hooks' end (s)", seconds_after_hooks, "{:.2f}"),
     ]
     lines = [
         f"Program `{p['name']}`: {p['description']} ({len(rounds)} rounds, ours then upstream in each)",
@@ -907,7 +937,8 @@ def markdown(result: Dict[str, Any]) -> str:
         "",
         f"Per-pair ratios: wall time upstream / ours **{cell(ratios['wall_upstream_over_ours'], '{:.2f}')}**; "
         f"loop rate ours / upstream {cell(ratios['loop_ours_over_upstream'], '{:.2f}')}; "
-        f"`evaluate()` upstream / ours {cell(ratios['evaluate_upstream_over_ours'], '{:.2f}')}; "
+        f"`evaluate()` upstream / ours {cell(ratios['evaluate_upstream_over_ours'], '{:.2f}')} (to its hooks' "
+        f"end, without the session's close: {cell(ratios.get('evaluate_to_hooks_end_upstream_over_ours'), '{:.2f}')}); "
         f"`predict()` upstream / ours {cell(ratios['predict_upstream_over_ours'], '{:.2f}')}.",
     ]
     bounds = result.get("bounds")
