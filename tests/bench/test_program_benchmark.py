@@ -38,8 +38,8 @@ def _fake_result(wall, loop, evaluate, predict):
         "first_train": {"seconds": 2.0, "seconds_to_first_step": 1.5, "seconds_after_hooks": 0.25},
         "second_train": {"seconds": 3.0, "loop_cores_busy": 1.2, "seconds_after_hooks": 0.5},
         "loop_examples_per_sec": loop,
-        "evaluate": {"seconds": evaluate, "seconds_after_hooks": evaluate / 2},
-        "predict": {"seconds": predict, "seconds_after_hooks": 0.25},
+        "evaluate": {"seconds": evaluate, "seconds_after_hooks": 0.25},
+        "predict": {"seconds": predict, "seconds_after_hooks": 0.125},
     }
 
 
@@ -53,7 +53,7 @@ def test_the_session_close_is_reported_and_left_out_of_the_evaluate_ratio_to_the
     rounds = [{"ours": run(3.0, 1.0), "upstream": run(5.0, 1.0)}, {"ours": run(3.0, None), "upstream": run(6.0, 1.0)}]
     assert pb._phase_ratio(rounds, "evaluate")["values"] == [5 / 3, 2.0]
     assert pb._phase_ratio(rounds, "evaluate", to_hooks_end=True)["values"] == [2.0]
-    assert pb.seconds_after_hooks(rounds[0]["ours"]) == 0.25 + 0.5 + 1.0 + 0.25
+    assert pb.seconds_after_hooks(rounds[0]["ours"]) == 0.25 + 0.5 + 1.0 + 0.125
     assert pb.seconds_after_hooks(rounds[1]["ours"]) is None
 
 
@@ -89,9 +89,14 @@ def test_ratios_are_taken_within_each_round(monkeypatch):
     np.testing.assert_allclose(result["ratios"]["loop_over_bound_ours"]["values"], [2.0, 2 / 3, 10.0])
     report = pb.markdown(result)
     assert "wall time upstream / ours **2.00 (1.00-3.00)**" in report
-    # evaluate() is wall / 10, half of it after the hooks' end: ours 10, 30, 5 s walls give 1.5, 2.5, 1.25 s.
-    assert "| the four calls' session close, after their hooks' end (s) | 1.50 (1.25-2.50) |" in report
-    assert "(to its hooks' end, without the session's close: 2.00 (1.00-3.00))" in report
+    assert "| after the timing hook's end, mostly the session's close, all calls (s) | 1.12 (1.12-1.12) |" in report
+    # Without the close (0.25 s of evaluate() = wall / 10, 0.125 s of predict() = wall / 20) the ratios move from
+    # 2, 1, 3 to (2 - 0.25) / (1 - 0.25), 1, (1.5 - 0.25) / (0.5 - 0.25) = 2.33, 1, 5 (and the same for predict()).
+    assert (
+        "`evaluate()` upstream / ours 2.00 (1.00-3.00) (to the timing hook's end, without the close: 2.33 (1.00-5.00))"
+        in report
+    )
+    assert "`predict()` upstream / ours 2.00 (1.00-3.00) (without the close: 2.33 (1.00-5.00))" in report
     assert "| wall time, whole process (s) | 10.0 (5.0-30.0) | 20.0 (15.0-30.0) |" in report
     assert (
         "Bounds (examples/s, median (range) of 3 pool run(s), one after each round's pair): input pipeline alone "

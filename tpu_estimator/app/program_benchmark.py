@@ -360,7 +360,8 @@ class _RunTimes(object):
         return RunTimesHook()
 
     def seconds_after_hooks(self, call_end: float) -> Optional[float]:
-        """From the hooks' `end` to the call's return: the session's close (and the Estimator's summary writing)."""
+        """From this hook's `end` to the call's return: mostly the session's close; also the `end` of the hooks after
+        it (an evaluation's final metric values, ours' infeed thread joined) and the Estimator's summary writing."""
         return None if self.ended is None else call_end - self.ended
 
 
@@ -432,8 +433,8 @@ def run_program(p: Program, implementation: str, model_dir: str, tfrecord_path: 
 
 
 def seconds_after_hooks(run: Dict[str, Any]) -> Optional[float]:
-    """A program's four calls' time from their hooks' end to their return (`train()` twice, `evaluate()`,
-    `predict()`), summed; None when a call did not report it."""
+    """A program's calls' time from the timing hook's end to their return (`train()` twice, and `evaluate()` and
+    `predict()` when the program makes them), summed; None when a call did not report it."""
     calls = [run["first_train"], run["second_train"], run.get("evaluate"), run.get("predict")]
     values = [call.get("seconds_after_hooks") for call in calls if call is not None]
     return None if any(v is None for v in values) else sum(values)
@@ -791,6 +792,7 @@ def _compare_in_turn(
         "evaluate_upstream_over_ours": _phase_ratio(complete, "evaluate"),
         "predict_upstream_over_ours": _phase_ratio(complete, "predict"),
         "evaluate_to_hooks_end_upstream_over_ours": _phase_ratio(complete, "evaluate", to_hooks_end=True),
+        "predict_to_hooks_end_upstream_over_ours": _phase_ratio(complete, "predict", to_hooks_end=True),
         "loop_ours_over_upstream": summary(
             [
                 rr["ours"]["loop_examples_per_sec"] / rr["upstream"]["loop_examples_per_sec"]
@@ -871,7 +873,7 @@ def _pool_ratios(rounds, compute_rounds, input_rate: Optional[float]) -> Dict[st
 
 def _phase_ratio(rounds, phase: str, to_hooks_end: bool = False) -> Optional[Dict[str, float]]:
     """Per round, upstream's seconds in `phase` over ours (above 1: ours is faster); with `to_hooks_end`, each
-    call's seconds up to its hooks' end (without the session's close)."""
+    call's seconds up to the timing hook's end (without what follows it, mostly the session's close)."""
 
     def seconds(call):
         if not to_hooks_end:
@@ -921,7 +923,7 @@ def markdown(result: Dict[str, Any]) -> str:
             lambda r: r.get("predict", {}).get("seconds"),
             "{:.1f}",
         ),
-        ("the four calls' session close, after their hooks' end (s)", seconds_after_hooks, "{:.2f}"),
+        ("after the timing hook's end, mostly the session's close, all calls (s)", seconds_after_hooks, "{:.2f}"),
     ]
     lines = [
         f"Program `{p['name']}`: {p['description']} ({len(rounds)} rounds, ours then upstream in each)",
@@ -937,9 +939,10 @@ def markdown(result: Dict[str, Any]) -> str:
         "",
         f"Per-pair ratios: wall time upstream / ours **{cell(ratios['wall_upstream_over_ours'], '{:.2f}')}**; "
         f"loop rate ours / upstream {cell(ratios['loop_ours_over_upstream'], '{:.2f}')}; "
-        f"`evaluate()` upstream / ours {cell(ratios['evaluate_upstream_over_ours'], '{:.2f}')} (to its hooks' "
-        f"end, without the session's close: {cell(ratios.get('evaluate_to_hooks_end_upstream_over_ours'), '{:.2f}')}); "
-        f"`predict()` upstream / ours {cell(ratios['predict_upstream_over_ours'], '{:.2f}')}.",
+        f"`evaluate()` upstream / ours {cell(ratios['evaluate_upstream_over_ours'], '{:.2f}')} (to the timing "
+        f"hook's end, without the close: {cell(ratios.get('evaluate_to_hooks_end_upstream_over_ours'), '{:.2f}')}); "
+        f"`predict()` upstream / ours {cell(ratios['predict_upstream_over_ours'], '{:.2f}')} (without the close: "
+        f"{cell(ratios.get('predict_to_hooks_end_upstream_over_ours'), '{:.2f}')}).",
     ]
     bounds = result.get("bounds")
     if bounds:
