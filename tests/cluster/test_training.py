@@ -118,7 +118,7 @@ def test_closing_predict_early_on_a_cluster_ends_the_lookahead_and_predict_runs_
     # 256 rows in batches of 8: far more batches than the host queues hold, so the thread waits on a full queue.
     generator = estimator.predict(model.make_input_fn(global_batch=8, labels=False))
     first = next(generator)
-    started = {t for t in threading.enumerate() if t.name == "tensor_infeed" and t.is_alive()} - before
+    started = {t for t in threading.enumerate() if t.name == "tensor_infeed"} - before
     assert len(started) == 1
     thread = started.pop()
     time.sleep(1.0)  # the thread fills the queues and blocks
