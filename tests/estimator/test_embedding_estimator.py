@@ -59,10 +59,9 @@ def make_spec(parameters, partition_strategy="div", **kwargs):
     )
 
 
-def train(tmp_path, spec, num_shards=2, iterations_per_loop=2, steps=3):
-    config = te.RunConfig(
-        model_dir=str(tmp_path), tpu_config=te.TPUConfig(iterations_per_loop=iterations_per_loop, num_shards=num_shards)
-    )
+def train(tmp_path, spec, num_shards=2, iterations_per_loop=2, steps=3, **tpu_config_kwargs):
+    tpu_config = te.TPUConfig(iterations_per_loop=iterations_per_loop, num_shards=num_shards, **tpu_config_kwargs)
+    config = te.RunConfig(model_dir=str(tmp_path), tpu_config=tpu_config)
     estimator = te.TPUEstimator(
         model_fn=model_fn,
         config=config,
@@ -432,16 +431,7 @@ def test_initial_infeed_sleep_is_slept_once_with_the_embedding_infeed(tmp_path, 
         real_sleep(seconds)
 
     monkeypatch.setattr(input_pipeline.time, "sleep", recording_sleep)
-    config = te.RunConfig(
-        model_dir=str(tmp_path),
-        tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=2, initial_infeed_sleep_secs=sleep_secs),
-    )
-    estimator = te.TPUEstimator(
-        model_fn=model_fn,
-        config=config,
-        train_batch_size=G,
-        embedding_config_spec=make_spec(tex.StochasticGradientDescentParameters(0.3)),
-    )
-    estimator.train(input_fn, max_steps=2)
+    spec = make_spec(tex.StochasticGradientDescentParameters(0.3))
+    estimator = train(tmp_path, spec, steps=2, initial_infeed_sleep_secs=sleep_secs)
     assert slept == [sleep_secs]  # the input's initialiser sleeps; the embedding infeed's thread does not again
     assert estimator.get_variable_value("global_step") == 2
