@@ -28,7 +28,7 @@ def main(argv):
     import tensorflow as tf
     from tensorflow.python.training import session_manager
 
-    from tpu_estimator import embedding_infeed, sharded_step, train_loop
+    from tpu_estimator import embedding_infeed, step_feed, train_loop
     from tpu_estimator.app import program_benchmark, setup_benchmark
 
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
@@ -36,7 +36,7 @@ def main(argv):
     timed = []
     if FLAGS.implementation == "ours":
         timed += [
-            (sharded_step, "build_input_pipeline", "input_fn and input pipeline"),
+            (step_feed, "build_input_pipeline", "input_fn and input pipeline"),
             (embedding_infeed.EmbeddingInfeed, "__init__", "embedding infeed graph"),
             (train_loop.TrainLoop, "_build_loop", "training loop graph (model_fn replicas, updates)"),
             (train_loop.TrainLoop, "build", "TrainLoop.build (all of the above)"),

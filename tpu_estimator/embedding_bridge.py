@@ -22,12 +22,11 @@ import tensorflow as tf
 import embedding
 import embedding.serving
 from embedding import checkpointing, graph_constants
-from tpu_estimator import _estimator_lib, _tf_internal, replication
+from tpu_estimator import _estimator_lib, _tf_internal
 from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
 from tpu_estimator.input_pipeline import WholeHostBatch
 
 ModeKeys = _estimator_lib.ModeKeys
-DUMMY_VARIABLES_COLLECTION = "tpu_embedding_dummy_table_variables"
 
 
 def _join_replicas(pieces: List[Any]) -> Any:
@@ -71,6 +70,49 @@ def _sequence_lengths(ids: Any, max_sequence_length: int, batch_size: int) -> tf
     else:
         lengths = tf.fill([batch_size], tf.cast(tf.shape(ids)[1], tf.int64))
     return tf.minimum(lengths, max_sequence_length)
+
+
+class TappedGradients(object):
+    """The activation gradients one step's replicas produced, by replica and feature key.
+
+    The gradient tap's gradient function records them while a replica's `model_fn` differentiates its loss; when
+    replicas are traced once, the other replicas' are the copies of replica 0's (`add_replica`).
+    """
+
+    def __init__(self):
+        self._gradients: Dict[Tuple[int, str], tf.Tensor] = {}
+
+    def record(self, replica: int, key: str, gradient: tf.Tensor) -> None:
+        """Records `replica`'s gradient of the activation of feature `key`."""
+        self._gradients[(replica, key)] = gradient
+
+    def of_replica(self, replica: int) -> Dict[str, tf.Tensor]:
+        """`replica`'s gradients by feature key (features it does not differentiate are absent)."""
+        return {key: gradient for (r, key), gradient in self._gradients.items() if r == replica}
+
+    def add_replica(self, replica: int, gradients: Dict[str, tf.Tensor]) -> None:
+        """Records `replica`'s gradients by feature key (its copy of replica 0's)."""
+        for key, gradient in gradients.items():
+            self.record(replica, key, gradient)
+
+    def get(self, replica: int, key: str) -> Optional[tf.Tensor]:
+        """`replica`'s gradient of feature `key`, or None."""
+        return self._gradients.get((replica, key))
+
+
+def _tap(dummy: tf.Tensor, activation: tf.Tensor, tapped: TappedGradients, replica: int, key: str) -> tf.Tensor:
+    """`activation` as is; its gradient is recorded in `tapped` and the dummy variable gets a zero gradient (the
+    model's optimizer then sees a trainable variable per table, as upstream's dummy table variables give it)."""
+
+    @tf.custom_gradient
+    def tap(dummy_value, activation_value):
+        def grad(upstream):
+            tapped.record(replica, key, upstream)
+            return tf.zeros_like(dummy_value), None
+
+        return activation_value, grad  # custom_gradient's IdentityN gives the tapped output.
+
+    return tap(dummy, activation)
 
 
 class EmbeddingBridge(object):
@@ -145,9 +187,8 @@ class EmbeddingBridge(object):
                     initializer=tf.compat.v1.zeros_initializer(),
                     use_resource=True,
                     trainable=True,
-                    collections=[DUMMY_VARIABLES_COLLECTION, tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                    collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                 )
-        self._gradients: Dict[Tuple[int, str], tf.Tensor] = {}
         self._names_set = False
 
     @property
@@ -301,75 +342,61 @@ class EmbeddingBridge(object):
         per_replica, batches = self.preprocess(per_replica)
         return self.attach_activations(per_replica, batches), batches
 
-    def tap_activations(self, features: dict) -> dict:
-        """In a replica: routes each activation through the gradient tap (TRAIN only)."""
-        if not self._training:
+    def new_tap(self) -> Optional["TappedGradients"]:
+        """A gradient tap for one step's replicas (TRAIN), or None (EVAL/PREDICT: nothing is differentiated)."""
+        return TappedGradients() if self._training else None
+
+    def tap_activations(self, features: dict, tapped: Optional["TappedGradients"], replica: int) -> dict:
+        """In a replica: routes each activation through the gradient tap, which records its gradient in `tapped`.
+
+        Args:
+          features: the replica's features, with the activations under the feature keys.
+          tapped: the step's `TappedGradients` (`new_tap`), or None: the features are returned unchanged.
+          replica: the replica being built.
+
+        Returns:
+          The features with each activation replaced by its tapped identity.
+        """
+        if tapped is None:
             return features
-        context = replication.current_replica_context()
-        replica = context.replica_id if context else 0
         features = dict(features)
         for feature in self._resolved.features:
             # value(): the read alone (read_value() adds an identity per feature and replica).
-            features[feature.key] = self._tap(
-                self._dummies[feature.table_name].value(), features[feature.key], replica, feature.key
+            features[feature.key] = _tap(
+                self._dummies[feature.table_name].value(), features[feature.key], tapped, replica, feature.key
             )
         return features
-
-    def _tap(self, dummy: tf.Tensor, activation: tf.Tensor, replica: int, key: str) -> tf.Tensor:
-        gradients = self._gradients
-
-        @tf.custom_gradient
-        def tap(dummy_value, activation_value):
-            def grad(upstream):
-                gradients[(replica, key)] = upstream
-                return tf.zeros_like(dummy_value), None
-
-            return activation_value, grad  # custom_gradient's IdentityN gives the tapped output.
-
-        return tap(dummy, activation)
-
-    def tapped_gradients(self, replica: int) -> Dict[str, tf.Tensor]:
-        """The activation gradients tapped in `replica`'s build so far, by feature key (TRAIN)."""
-        return {key: gradient for (r, key), gradient in self._gradients.items() if r == replica}
-
-    def set_tapped_gradients(self, replica: int, gradients: Dict[str, tf.Tensor]) -> None:
-        """Records `replica`'s activation gradients: its copy of replica 0's when replicas are traced once."""
-        for key, gradient in gradients.items():
-            self._gradients[(replica, key)] = gradient
 
     # ---- after the replicas: gradients -> engine update ------------------------------------------------------
 
     def _activation_gradients(
-        self, replicas: Optional[List[int]] = None, warn: bool = True
+        self, tapped: TappedGradients, replicas: List[int], warn: bool = True
     ) -> Dict[str, Optional[tf.Tensor]]:
-        """The tapped activation gradients of this step, joined over `replicas` (default: all; None: feature
-        unused)."""
-        replicas = range(self._num_replicas) if replicas is None else replicas
+        """The tapped activation gradients of this step, joined over `replicas` (None: feature unused)."""
         grads = collections.OrderedDict()
         for feature in self._resolved.features:
-            pieces = [self._gradients.get((r, feature.key)) for r in replicas]
+            pieces = [tapped.get(r, feature.key) for r in replicas]
             if all(p is None for p in pieces):
-                if not warn:
-                    grads[feature.key] = None
-                    continue
-                tf.compat.v1.logging.warning(
-                    "Embedding feature %s has no gradient: the model does not use its activation (or the optimizer "
-                    "did not differentiate through it). Zero gradients are applied.",
-                    feature.key,
-                )
+                if warn:
+                    tf.compat.v1.logging.warning(
+                        "Embedding feature %s has no gradient: the model does not use its activation (or the "
+                        "optimizer did not differentiate through it). Zero gradients are applied.",
+                        feature.key,
+                    )
                 grads[feature.key] = None
                 continue
             template = next(p for p in pieces if p is not None)
             grads[feature.key] = _join_replicas([p if p is not None else tf.zeros_like(template) for p in pieces])
         return grads
 
-    def _activation_gradients_per_host(self) -> List[Tuple[Dict[str, Optional[tf.Tensor]], str]]:
-        """Per host, `(the tapped gradients of its replicas joined on its CPU, its CPU)`; clears the taps."""
+    def _activation_gradients_per_host(
+        self, tapped: TappedGradients
+    ) -> List[Tuple[Dict[str, Optional[tf.Tensor]], str]]:
+        """Per host, `(the tapped gradients of its replicas joined on its CPU, its CPU)`."""
         out = []
         for h, (device, replicas) in enumerate(self._hosts):
             with graph_constants.placed(device), tf.name_scope("tpu_embedding_gradients"):
-                out.append((self._activation_gradients(replicas, warn=h == 0), device))
-        self._gradients.clear()
+                out.append((self._activation_gradients(tapped, replicas, warn=h == 0), device))
         return out
 
     def _gradient_multiplier(self) -> Optional[tf.Tensor]:
@@ -377,11 +404,11 @@ class EmbeddingBridge(object):
             return None
         return tf.cast(self._spec.experimental_gradient_multiplier_fn(tf.compat.v1.train.get_global_step()), tf.float32)
 
-    def apply_gradients(self, batches) -> tf.Operation:
+    def apply_gradients(self, batches, tapped: TappedGradients) -> tf.Operation:
         """The engine update of this step from the tapped activation gradients of every replica."""
         if self.multi_host:
             with graph_constants.sharing():
-                per_host = self._activation_gradients_per_host()
+                per_host = self._activation_gradients_per_host(tapped)
                 with tf.device(self._host_device):
                     with tf.name_scope("tpu_embedding_gradients"):
                         multiplier = self._gradient_multiplier()
@@ -389,8 +416,8 @@ class EmbeddingBridge(object):
                     return self.engine.apply_gradients_of_parts(parts, gradient_multiplier=multiplier)
         with tf.device(self._host_device), graph_constants.sharing():
             with tf.name_scope("tpu_embedding_gradients"):
-                grads, multiplier = self._activation_gradients(), self._gradient_multiplier()
-                self._gradients.clear()
+                grads = self._activation_gradients(tapped, list(range(self._num_replicas)))
+                multiplier = self._gradient_multiplier()
             # The engine's own scope ("embedding_apply_gradients") beside ours, not in it: shorter names.
             return self.engine.apply_gradients(batches, grads, gradient_multiplier=multiplier)
 
@@ -418,11 +445,11 @@ class EmbeddingBridge(object):
             shapes += [tf.TensorShape([None]), tf.TensorShape([None, table.dim])]
         return shapes * len(self._hosts)
 
-    def step_pending(self, batches) -> List[tf.Tensor]:
+    def step_pending(self, batches, tapped: TappedGradients) -> List[tf.Tensor]:
         """This step's update, held back: per table its unique ids and accumulated gradients (per host, on its
         CPU, on several hosts)."""
         if self.multi_host:
-            per_host = self._activation_gradients_per_host()
+            per_host = self._activation_gradients_per_host(tapped)
             with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
                 multiplier = self._gradient_multiplier()
             state = []
@@ -431,8 +458,7 @@ class EmbeddingBridge(object):
                     state += self._pending_state(host_batches, grads, lambda: multiplier)
             return state
         with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
-            activation_grads = self._activation_gradients()
-            self._gradients.clear()
+            activation_grads = self._activation_gradients(tapped, list(range(self._num_replicas)))
             return self._pending_state(batches, activation_grads, self._gradient_multiplier)
 
     def _pending_state(self, batches, activation_grads, multiplier_fn) -> List[tf.Tensor]:

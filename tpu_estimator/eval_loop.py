@@ -22,7 +22,8 @@ An input that ends before N steps fails the loop: `EvalLoopEndHook` raises `Eval
 """
 
 import contextlib
-from typing import Iterator, List
+import dataclasses
+from typing import Any, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -30,9 +31,24 @@ from tpu_estimator import _estimator_lib, _tf_internal, sharded_step
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.context import ShardingContext
+from tpu_estimator.embedding_bridge import EmbeddingBridge
 from tpu_estimator.spec import call_scaffold_fn
+from tpu_estimator.step_feed import StepFeed
 
 ModeKeys = _estimator_lib.ModeKeys
+
+
+@dataclasses.dataclass(frozen=True)
+class TracedEvalStep:
+    """What the evaluation step's trace built besides its loop variables.
+
+    Attributes:
+      replica0_spec: what replica 0's `model_fn` returned.
+      metric_inputs: the `eval_metrics` tensors of every replica concatenated on the host, or None.
+    """
+
+    replica0_spec: Any
+    metric_inputs: Optional[List[tf.Tensor]]
 
 
 class EvalLoop(object):
@@ -46,20 +62,15 @@ class EvalLoop(object):
     def __init__(self, settings: sharded_step.ShardedSettings, ctx: ShardingContext):
         self._settings = settings
         self._ctx = ctx
-        self._pipeline = None
-        self._bridge = None
         self._metric_variables = MetricVariables()
-        self._metric_inputs = None  # the concatenated `eval_metrics` tensors of the traced step
-        self._steps_read = None  # the local variable counting the steps that read a batch
-        self._replica0_spec = None  # what replica 0's model_fn returned, once the step is traced
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
         """Calls `input_fn`, builds the loop, and returns its `EstimatorSpec` (loss, metric ops, hooks, scaffold)."""
         ctx = self._ctx
-        self._pipeline, input_hooks = sharded_step.build_input_pipeline(self._settings, ctx, call_input_fn)
-        self._bridge = sharded_step.embedding_bridge(self._settings, ctx)
+        bridge = sharded_step.embedding_bridge(self._settings, ctx)
+        feed = StepFeed.for_evaluation(call_input_fn, self._settings, ctx, bridge)
         with tf.device(ctx.host_device):
-            self._steps_read = tf.compat.v1.Variable(
+            steps_read = tf.compat.v1.Variable(
                 0,
                 dtype=tf.int64,
                 trainable=False,
@@ -67,23 +78,28 @@ class EvalLoop(object):
                 name="evaluation_steps_read",
             )
         iterations = hooks_lib.eval_loop_length_tensor()
-        steps, total_loss = self._build_loop(iterations)
-        if self._bridge is not None:
-            self._bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
-        spec = self._replica0_spec
+        initial = [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)]
+
+        def step(step_counter, total_loss):
+            return self._step(feed, bridge, steps_read, step_counter, total_loss)
+
+        (steps, total_loss), traced = sharded_step.traced_loop(step, initial, iterations, "evaluation_loop")
+        if bridge is not None:
+            bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
+        spec = traced.replica0_spec
         # The Estimator adds 1 to its evaluation step per run; the loop ran `steps`.
         eval_step = _tf_internal.get_or_create_eval_step()
         advance = tf.compat.v1.assign_add(eval_step, tf.cast(steps - 1, eval_step.dtype), use_locking=True)
         with tf.control_dependencies([advance]):
             loss = tf.math.divide(total_loss, tf.cast(tf.maximum(steps, 1), tf.float32))
-        hooks = list(input_hooks) + list(spec.evaluation_hooks or [])
+        hooks = feed.input_hooks + list(spec.evaluation_hooks or [])
         eval_metric_ops = None
         if spec.eval_metrics is not None:
-            metrics = self._metric_values(spec.eval_metrics)
+            metrics = self._metric_values(spec.eval_metrics, traced.metric_inputs)
             # The Estimator runs each metric's update op with the loop: the real updates ran in it, per step.
             loop_done = tf.group(loss)
             eval_metric_ops = {name: (value, loop_done) for name, (value, _) in metrics.items()}
-        hooks.append(EvalLoopEndHook(self._steps_read))
+        hooks.append(EvalLoopEndHook(steps_read))
         return _estimator_lib.EstimatorSpec(
             mode=ModeKeys.EVAL,
             loss=loss,
@@ -92,54 +108,52 @@ class EvalLoop(object):
             scaffold=call_scaffold_fn(spec.scaffold_fn),
         )
 
-    def _build_loop(self, iterations: tf.Tensor):
-        """The while loop of one `Session.run`; returns `(steps run, sum of replica 0's losses)`."""
-        initial = [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)]
-        with _tf_internal.v1_control_flow():
-            steps, total_loss = tf.compat.v1.while_loop(
-                lambda step, _: step < iterations,
-                self._step,
-                initial,
-                parallel_iterations=1,
-                name="evaluation_loop",
-            )
-        return steps, total_loss
-
-    def _step(self, step: tf.Tensor, total_loss: tf.Tensor) -> List[tf.Tensor]:
-        """One evaluation step, the loop body: `[step + 1, total_loss + replica 0's loss]`."""
-        per_replica = sharded_step.read_step_with_embeddings(self._pipeline, self._bridge)
-        specs = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, self._bridge).specs
+    def _step(
+        self,
+        feed: StepFeed,
+        bridge: Optional[EmbeddingBridge],
+        steps_read: tf.Variable,
+        step: tf.Tensor,
+        total_loss: tf.Tensor,
+    ) -> Tuple[List[tf.Tensor], "TracedEvalStep"]:
+        """One evaluation step, the loop body: `([step + 1, total_loss + replica 0's loss], what it traced)`."""
+        per_replica = feed.read().per_replica
+        specs = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, bridge).specs
         spec = specs[0]
         if spec.loss is None:
             raise ValueError("model_fn must return loss in EVAL mode.")
-        self._replica0_spec = spec
         # A step is read when every replica's step is: with per-host or per-shard input a replica may hit the end.
         with tf.device(self._ctx.host_device), tf.control_dependencies([s.loss for s in specs]):
-            side_effects = [self._steps_read.assign_add(1)]
+            side_effects = [steps_read.assign_add(1)]
+        metric_inputs = None
         if spec.eval_metrics is not None:
-            side_effects.extend(self._metric_updates([s.eval_metrics for s in specs]))
+            metric_inputs, updates = self._metric_updates([s.eval_metrics for s in specs])
+            side_effects.extend(updates)
         with tf.control_dependencies(side_effects):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
-        return [step + 1, total_loss + loss]
+        return [step + 1, total_loss + loss], TracedEvalStep(spec, metric_inputs)
 
-    def _metric_updates(self, per_replica_metrics) -> list:
-        """In the loop body: `eval_metrics`' function on every replica's rows; returns its update ops."""
+    def _metric_updates(self, per_replica_metrics) -> Tuple[List[tf.Tensor], List[Any]]:
+        """In the loop body: `eval_metrics`' function on every replica's rows.
+
+        Returns:
+          `(the function's inputs: every replica's tensors concatenated on the host, its update ops)`.
+        """
         host = self._ctx.host_device
-        self._metric_inputs = host_calls_lib.concat_over_replicas("eval_metrics", per_replica_metrics, host)
+        metric_inputs = host_calls_lib.concat_over_replicas("eval_metrics", per_replica_metrics, host)
         with tf.device(host), self._metric_variables.creating():
             metric_fn_call = per_replica_metrics[0]
-            metrics = host_calls_lib.call(
-                metric_fn_call, host_calls_lib.pack_tensors(metric_fn_call, self._metric_inputs)
-            )
+            metrics = host_calls_lib.call(metric_fn_call, host_calls_lib.pack_tensors(metric_fn_call, metric_inputs))
         _check_metric_pairs(metrics)
-        return [update for _, update in metrics.values()]
+        return metric_inputs, [update for _, update in metrics.values()]
 
-    def _metric_values(self, metric_fn_call) -> dict:
-        """After the loop: `eval_metrics`' function again, on placeholders, over the loop's metric variables."""
+    def _metric_values(self, metric_fn_call, metric_inputs: List[tf.Tensor]) -> dict:
+        """After the loop: `eval_metrics`' function again, on placeholders shaped as the loop's `metric_inputs`,
+        over the loop's metric variables."""
         with tf.device(self._ctx.host_device):
             inputs = [
                 tf.compat.v1.placeholder(t.dtype, t.shape, name="eval_metrics_input_%d" % i)
-                for i, t in enumerate(self._metric_inputs)
+                for i, t in enumerate(metric_inputs)
             ]
             try:
                 with self._metric_variables.reusing():

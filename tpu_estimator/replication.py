@@ -23,23 +23,12 @@ from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence
 import tensorflow as tf
 
 from tpu_estimator import _tf_internal
-
-_current = threading.local()
-
-
-class ReplicaContext(object):
-    """Which replica is being built, inside `run_replicated`."""
-
-    def __init__(self, replica_id: int, num_replicas: int, device: str, coordinator: "_Coordinator"):
-        self.replica_id = replica_id
-        self.num_replicas = num_replicas
-        self.device = device
-        self.coordinator = coordinator
-
-
-def current_replica_context() -> Optional[ReplicaContext]:
-    """The replica being built by this thread, or None outside `run_replicated`."""
-    return getattr(_current, "context", None)
+from tpu_estimator.replica_context import (
+    ReplicaContext,
+    ReplicaCoordinator,
+    current_replica_context,
+    set_current_replica_context,
+)
 
 
 class _Aborted(Exception):
@@ -56,8 +45,8 @@ _COLLECTIONS_FROM_ALL_REPLICAS = (
 )
 
 
-class _Coordinator(object):
-    """Runs replica builds one at a time and builds the reductions between them."""
+class ThreadedCoordinator(ReplicaCoordinator):
+    """Runs replica builds one at a time, one thread per replica, and builds the reductions between them."""
 
     def __init__(self, graph: tf.Graph, devices: Sequence[str]):
         self.graph = graph
@@ -302,7 +291,7 @@ def build_replicas(fn: Callable[[int], Any], devices: Sequence[str]) -> Replicat
     # Replica threads interleave device/colocation/control-dependency scopes: they must be per thread, as in
     # TF2 graphs (TF1 behaviour, e.g. after tf.compat.v1.disable_v2_behavior(), shares them). As MirroredStrategy.
     graph.switch_to_thread_local()
-    coordinator = _Coordinator(graph, devices)
+    coordinator = ThreadedCoordinator(graph, devices)
     base_collections = _tf_internal.graph_collections(graph)
     flow_context = _tf_internal.control_flow_context(graph)
     var_scope = tf.compat.v1.get_variable_scope()
@@ -326,11 +315,11 @@ def build_replicas(fn: Callable[[int], Any], devices: Sequence[str]) -> Replicat
                 _tf_internal.tpu_shard_context(len(devices)),
                 graph.device(devices[replica_id]),
             ):
-                _current.context = ReplicaContext(replica_id, len(devices), devices[replica_id], coordinator)
+                set_current_replica_context(ReplicaContext(replica_id, len(devices), devices[replica_id], coordinator))
                 try:
                     results[replica_id] = fn(replica_id)
                 finally:
-                    _current.context = None
+                    set_current_replica_context(None)
             coordinator.finish(replica_id)
         except _Aborted:
             pass
@@ -372,11 +361,11 @@ def building_replica(context: ReplicaContext) -> Iterator[None]:
         _tf_internal.tpu_shard_context(context.num_replicas),
         _tf_internal.cross_replica_sum_as_ours(cross_replica_sum),
     ):
-        _current.context = context
+        set_current_replica_context(context)
         try:
             yield
         finally:
-            _current.context = None
+            set_current_replica_context(None)
 
 
 def _by_task(devices: Sequence[str]) -> "dict[tuple, List[int]]":

@@ -12,9 +12,8 @@ import tensorflow as tf
 
 from tpu_estimator import _estimator_lib, _tf_internal, replication, stamping
 from tpu_estimator.context import ShardingContext, TPUContext
-from tpu_estimator.embedding_bridge import EmbeddingBridge
-from tpu_estimator.embedding_spec import EmbeddingConfigSpec, resolve_embedding_config
-from tpu_estimator.input_pipeline import InputPipeline
+from tpu_estimator.embedding_bridge import EmbeddingBridge, TappedGradients
+from tpu_estimator.embedding_spec import EmbeddingConfigSpec
 from tpu_estimator.spec import call_user_model_fn, verify_spec_on_shards
 
 ModeKeys = _estimator_lib.ModeKeys
@@ -40,23 +39,18 @@ class ShardedSettings:
 
 
 class Replicas(NamedTuple):
-    """The specs `model_fn` returned, one per replica (replica 0's side effects run), and the reductions built."""
+    """What replicating `model_fn` built.
+
+    Attributes:
+      specs: the specs `model_fn` returned, one per replica (replica 0's side effects run).
+      num_reductions: the cross-replica reductions built.
+      tapped_gradients: in TRAIN with embeddings, the activation gradients of every replica
+        (`embedding_bridge.TappedGradients`); otherwise None.
+    """
 
     specs: List[Any]
     num_reductions: int
-
-
-def build_input_pipeline(
-    settings: ShardedSettings, ctx: ShardingContext, call_input_fn: Callable[[TPUContext], Any]
-) -> Tuple[InputPipeline, List[tf.compat.v1.train.SessionRunHook]]:
-    """Calls `input_fn` as the input mode says; returns `(pipeline, hooks that start the input)`.
-
-    The embedding inputs are not split over a host's replicas: the bridge joins them per host before deduplicating.
-    """
-    spec = settings.embedding_config_spec
-    whole_host_keys = resolve_embedding_config(spec).raw_keys if spec is not None else ()
-    pipeline = InputPipeline(call_input_fn, ctx, settings.batch_axis, whole_host_keys)
-    return pipeline, pipeline.build()
+    tapped_gradients: Optional[TappedGradients] = None
 
 
 def embedding_bridge(settings: ShardedSettings, ctx: ShardingContext) -> Optional[EmbeddingBridge]:
@@ -87,11 +81,12 @@ def replicate_model_fn(
     for XLA compilation.
     """
     mode = ctx.mode
+    tapped = bridge.new_tap() if bridge is not None else None
 
     def replica_fn(replica_id: int):
         features, labels = per_replica[replica_id]
         if bridge is not None:
-            features = bridge.tap_activations(features)
+            features = bridge.tap_activations(features, tapped, replica_id)
         params = dict(settings.params)
         params["batch_size"] = ctx.batch_size_for_model_fn
         params["use_tpu"] = True
@@ -102,10 +97,10 @@ def replicate_model_fn(
     graph = tf.compat.v1.get_default_graph()
     first_op = len(graph.get_operations())
     if ctx.num_replicas > 1 and not ctx.on_cluster:
-        replicas = _stamped_replicas(replica_fn, ctx.replica_devices, per_replica, bridge)
+        replicas = _stamped_replicas(replica_fn, ctx.replica_devices, per_replica, tapped)
     else:
         built = replication.build_replicas(replica_fn, ctx.replica_devices)
-        replicas = Replicas(built.outputs, built.num_reductions)
+        replicas = Replicas(built.outputs, built.num_reductions, tapped)
     if ctx.config.xla_compile_shards:
         _tf_internal.mark_for_xla_compilation(graph.get_operations()[first_op:])
     return replicas
@@ -116,29 +111,63 @@ _PER_REPLICA_FIELDS = ("loss", "predictions", "eval_metrics", "host_call")
 
 
 def _stamped_replicas(
-    replica_fn: Callable[[int], Any], devices: Sequence[str], per_replica: List[Any], bridge: Optional[EmbeddingBridge]
+    replica_fn: Callable[[int], Any],
+    devices: Sequence[str],
+    per_replica: List[Any],
+    tapped: Optional[TappedGradients],
 ) -> Replicas:
     """`model_fn` traced once on replica 0; each other replica's spec and tapped gradients are copies of its own."""
     stamped = stamping.stamp_replicas(replica_fn, devices, per_replica)
     spec = stamped.output
     fields = {name: getattr(spec, name) for name in _PER_REPLICA_FIELDS if getattr(spec, name, None) is not None}
-    taps = bridge.tapped_gradients(0) if bridge is not None else {}
+    taps = tapped.of_replica(0) if tapped is not None else {}
     specs = [spec]
     for replica in range(1, len(devices)):
         replica_fields, replica_taps = stamped.to_replica(replica, (fields, taps))
         specs.append(spec._replace(**replica_fields))
-        if bridge is not None:
-            bridge.set_tapped_gradients(replica, replica_taps)
-    return Replicas(specs, stamped.num_reductions)
+        if tapped is not None:
+            tapped.add_replica(replica, replica_taps)
+    return Replicas(specs, stamped.num_reductions, tapped)
 
 
-def read_step_with_embeddings(pipeline: InputPipeline, bridge: Optional[EmbeddingBridge]) -> List[Tuple[Any, Any]]:
-    """EVAL: one step's input and, with embeddings, its activations looked up in the same step.
+def traced_loop(
+    body: Callable[..., Tuple[List[tf.Tensor], Any]],
+    initial: List[tf.Tensor],
+    iterations: tf.Tensor,
+    name: str,
+    shape_invariants: Optional[List[tf.TensorShape]] = None,
+) -> Tuple[List[tf.Tensor], Any]:
+    """The in-graph loop of one `Session.run`, and what its body traced.
+
+    `tf.compat.v1.while_loop` traces its body once and keeps only the tensors it returns; the modes also need
+    what the body built in Python (replica 0's spec: its hooks, scaffold, host call). The body returns both, and
+    so does this function: nothing traced is kept anywhere else.
+
+    Args:
+      body: `body(step, *loop_state) -> (next loop variables, what it traced)`; the first loop variable is the
+        step counter.
+      initial: the loop variables' initial values (the step counter first).
+      iterations: the loop runs while the step counter is below it.
+      name: the loop's name.
+      shape_invariants: the loop variables' shapes, or None for their initial shapes.
 
     Returns:
-      Each replica's `(features, labels)`.
+      `(the loop variables after the loop, what the body's trace returned)`.
     """
-    per_replica = pipeline.next_step().per_replica
-    if bridge is None:
-        return per_replica
-    return bridge.prepare(per_replica)[0]
+    traces = []
+
+    def loop_body(*loop_vars):
+        next_vars, traced = body(*loop_vars)
+        traces.append(traced)
+        return next_vars
+
+    with _tf_internal.v1_control_flow():
+        outputs = tf.compat.v1.while_loop(
+            lambda step, *_: step < iterations,
+            loop_body,
+            initial,
+            shape_invariants=shape_invariants,
+            parallel_iterations=1,
+            name=name,
+        )
+    return list(outputs), traces[-1]

@@ -24,6 +24,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2
 
 from tpu_estimator import _tf_internal, replication
+from tpu_estimator.replica_context import ReplicaContext, ReplicaCoordinator
 
 _ENTER_OPS = ("Enter", "RefEnter")
 # Replica r's seeded random ops draw with op seed `seed2 + r * _SEED_STRIDE` (mod 2**31 - 1).
@@ -43,7 +44,7 @@ def _within(context, ancestor) -> bool:
 
 
 class _PendingReduction(NamedTuple):
-    """A reduction replica 0 asked for: built with the others of its batch by `_Stamper.build_reductions`."""
+    """A reduction replica 0 asked for: built with the others of its batch by `StampingCoordinator.build_reductions`."""
 
     value: tf.Tensor  # replica 0's value
     merge_fn: Callable[[List[tf.Tensor]], List[tf.Tensor]]
@@ -51,11 +52,12 @@ class _PendingReduction(NamedTuple):
     context: Any  # the control-flow context replica 0 asked in
 
 
-class _Stamper(object):
+class StampingCoordinator(ReplicaCoordinator):
     """Copies replica 0's ops onto the other replicas and builds the reductions between them.
 
     It is the coordinator of replica 0's `ReplicaContext` while `stamp_replicas` builds it (`reduce`,
-    `build_update`), and maps replica 0's outputs to another replica's (`to_replica`).
+    `build_update`; no other replica is built, so none skips an update), and maps replica 0's outputs to another
+    replica's (`to_replica`).
     """
 
     def __init__(self, graph: tf.Graph, devices: Sequence[str], replica_inputs: Sequence[Any]):
@@ -152,6 +154,18 @@ class _Stamper(object):
         """Replica 0's optimizer update: built once, run once (the other replicas never build one)."""
         del optimizer
         return build()
+
+    def skip_update(self, replica_id: int) -> Any:
+        """Never called: only replica 0's `model_fn` runs; the other replicas are copies of its ops.
+
+        Raises:
+          RuntimeError: always (a replica other than 0 was built by calling `model_fn`).
+        """
+        raise RuntimeError(
+            "Replica {} was built by calling model_fn, but replicas traced once build replica 0 only.".format(
+                replica_id
+            )
+        )
 
     # ---- copies ------------------------------------------------------------------------------------------------
 
@@ -339,8 +353,8 @@ def stamp_replicas(fn: Callable[[int], Any], devices: Sequence[str], replica_inp
       Whatever `fn` raised.
     """
     graph = tf.compat.v1.get_default_graph()
-    stamper = _Stamper(graph, devices, replica_inputs)
-    context = replication.ReplicaContext(0, len(devices), devices[0], stamper)
+    stamper = StampingCoordinator(graph, devices, replica_inputs)
+    context = ReplicaContext(0, len(devices), devices[0], stamper)
     with replication.building_replica(context):
         stamper.replica_scope_depth = _tf_internal.graph_device_scope_depth(graph)
         output = fn(0)

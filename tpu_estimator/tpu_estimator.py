@@ -308,7 +308,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             return TrainLoop(settings, loop, ctx).build(deferred_input.call)
         if mode == ModeKeys.EVAL:
             return EvalLoop(settings, ctx).build(deferred_input.call)
-        return predict_step.build_predict(settings, ctx, deferred_input.call)
+        return predict_step.PredictStep(settings, ctx).build(deferred_input.call)
 
     def _cpu_settings(self, model_fn, config, params) -> cpu_path.CpuSettings:
         return cpu_path.CpuSettings(

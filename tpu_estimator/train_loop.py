@@ -19,17 +19,18 @@ input, drain the host calls and report progress (`hooks.py`).
 """
 
 import dataclasses
-from typing import Any, List
+from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, embedding_infeed, sharded_step
+from tpu_estimator import _estimator_lib, _tf_internal, sharded_step
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.context import ShardingContext
-from tpu_estimator.embedding_infeed import EmbeddingInfeed
+from tpu_estimator.embedding_bridge import EmbeddingBridge
 from tpu_estimator.estimator_core import checkpoint_saver
 from tpu_estimator.spec import call_scaffold_fn
+from tpu_estimator.step_feed import FedStep, StepFeed
 from tpu_estimator.tpu_config import IterationsPerLoopCounter
 
 ModeKeys = _estimator_lib.ModeKeys
@@ -54,52 +55,53 @@ class TrainLoopSettings:
     saves_checkpoints: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class TracedTrainLoop:
+    """What building the training loop returns.
+
+    Attributes:
+      loss: the last step's loss, after every step's updates of the `Session.run`.
+      replica0_spec: what replica 0's `model_fn` returned (its hooks, scaffold and host call).
+    """
+
+    loss: tf.Tensor
+    replica0_spec: Any
+
+
 class TrainLoop(object):
     """Builds the TRAIN graph on shards: the loop, its train op and its hooks.
 
     Args:
       settings: what every mode on shards needs (`model_fn`, params, embedding spec, ...).
-      loop: the loop's own settings.
+      loop_settings: the loop's own settings.
       ctx: the `ShardingContext` of TRAIN.
     """
 
-    def __init__(self, settings: sharded_step.ShardedSettings, loop: TrainLoopSettings, ctx: ShardingContext):
+    def __init__(self, settings: sharded_step.ShardedSettings, loop_settings: TrainLoopSettings, ctx: ShardingContext):
         self._settings = settings
-        self._loop = loop
+        self._loop_settings = loop_settings
         self._ctx = ctx
-        self._pipeline = None
-        self._bridge = None
-        self._infeed = None
-        self._host_calls = host_calls_lib.HostCallOutfeed(ctx.host_device, loop.host_call_every_n_steps)
-        self._replica0_spec = None  # what replica 0's model_fn returned, once the step is traced
+        self._host_calls = host_calls_lib.HostCallOutfeed(ctx.host_device, loop_settings.host_call_every_n_steps)
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
         """Calls `input_fn`, builds the loop, and returns its `EstimatorSpec` (train op, loss, hooks, scaffold)."""
-        ctx = self._ctx
-        self._pipeline, input_hooks = sharded_step.build_input_pipeline(self._settings, ctx, call_input_fn)
-        self._bridge = sharded_step.embedding_bridge(self._settings, ctx)
-        if self._bridge is not None:
-            self._infeed = EmbeddingInfeed(
-                self._preprocess_ids,
-                ctx.host_device,
-                embedding_infeed.steps_per_run(ctx.global_batch_size, len(self._bridge.features)),
-            )
-            input_hooks = list(input_hooks) + [self._infeed.hook]
-        loss = self._build_loop()
-        if self._bridge is not None:
+        bridge = sharded_step.embedding_bridge(self._settings, self._ctx)
+        feed = StepFeed.for_training(call_input_fn, self._settings, self._ctx, bridge)
+        traced = self._build_loop(feed, bridge)
+        if bridge is not None:
             # Outside the loop: registration builds initialisation checks that must not live in the loop frame.
-            self._bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
-        spec = self._replica0_spec
-        hooks = list(input_hooks) + list(spec.training_hooks or [])
+            bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
+        spec = traced.replica0_spec
+        hooks = feed.input_hooks + ([feed.infeed_hook] if feed.infeed_hook else []) + list(spec.training_hooks or [])
         if getattr(spec, "host_call", None) is not None:
             hooks.append(self._host_calls.hook(spec.host_call))
-        hooks.extend(self._progress_hooks(loss))
+        hooks.extend(self._progress_hooks(traced.loss))
         hooks.append(hooks_lib.InstallSignalHandlerHook())
         scaffold = call_scaffold_fn(getattr(spec, "scaffold_fn", None))
         return _estimator_lib.EstimatorSpec(
             mode=ModeKeys.TRAIN,
-            loss=loss,
-            train_op=loss.op,
+            loss=traced.loss,
+            train_op=traced.loss.op,
             training_hooks=hooks,
             training_chief_hooks=self._checkpoint_saver_hooks(hooks, scaffold),
             scaffold=scaffold,
@@ -108,7 +110,7 @@ class TrainLoop(object):
     def _checkpoint_saver_hooks(self, hooks, scaffold) -> List[tf.compat.v1.train.SessionRunHook]:
         """The chief's checkpoint saver, configured as the Estimator configures its default one (none if a hook of
         the model saves checkpoints)."""
-        if not self._loop.saves_checkpoints or any(
+        if not self._loop_settings.saves_checkpoints or any(
             isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks
         ):
             return []
@@ -125,105 +127,97 @@ class TrainLoop(object):
 
     # ---- the loop ---------------------------------------------------------------------------------------------
 
-    @property
-    def _pipelined(self) -> bool:
-        return self._bridge is not None and self._bridge.pipelined
-
-    def _build_loop(self) -> tf.Tensor:
-        """The while loop of one `Session.run`; returns the last step's loss (after every step's updates)."""
-        ipl = self._loop.iterations_per_loop
+    def _build_loop(self, feed: StepFeed, bridge: Optional[EmbeddingBridge]) -> TracedTrainLoop:
+        """The while loop of one `Session.run`; its loss is the last step's (after every step's updates)."""
+        ipl = self._loop_settings.iterations_per_loop
         iterations = hooks_lib.iterations_per_loop_tensor(ipl.value if ipl.unit == "count" else 1)
+        pipelined = bridge is not None and bridge.pipelined
         initial = [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)]
         invariants = [tf.TensorShape([]), tf.TensorShape([])]
-        if self._pipelined:
-            initial += self._bridge.empty_pending()
-            invariants += self._bridge.pending_shape_invariants()
-        with _tf_internal.v1_control_flow():
-            outputs = tf.compat.v1.while_loop(
-                lambda step, *_: step < iterations,
-                self._step,
-                initial,
-                shape_invariants=invariants,
-                parallel_iterations=1,
-                name="training_loop",
-            )
+        if pipelined:
+            initial += bridge.empty_pending()
+            invariants += bridge.pending_shape_invariants()
+
+        def step(step_counter, unused_loss, *pending):
+            return self._step(feed, bridge, step_counter, list(pending))
+
+        outputs, replica0_spec = sharded_step.traced_loop(
+            step, initial, iterations, "training_loop", shape_invariants=invariants
+        )
         loss = outputs[1]
-        if self._pipelined:
+        if pipelined:
             # The last step's update is applied when the loop ends, so every step's update lands in this Session.run.
             with tf.control_dependencies([loss]):
-                final_update = self._bridge.apply_pending(list(outputs[2:]))
+                final_update = bridge.apply_pending(list(outputs[2:]))
             with tf.control_dependencies([final_update]):
                 loss = tf.identity(loss)
-        return loss
+        return TracedTrainLoop(loss, replica0_spec)
 
-    def _step(self, step: tf.Tensor, unused_loss: tf.Tensor, *pending: tf.Tensor) -> List[tf.Tensor]:
-        """One training step, the loop body: `[step + 1, loss] + pending embedding update`."""
+    def _step(
+        self, feed: StepFeed, bridge: Optional[EmbeddingBridge], step: tf.Tensor, pending: List[tf.Tensor]
+    ) -> Tuple[List[tf.Tensor], Any]:
+        """One training step, the loop body: `([step + 1, loss] + pending embedding update, replica 0's spec)`."""
         graph = tf.compat.v1.get_default_graph()
         first_op = len(graph.get_operations())
-        per_replica, batches = self._read_inputs_and_look_up_embeddings()
-        replicas = self._replicate_model_fn(per_replica)
+        inputs = feed.read()
+        replicas = self._replicate_model_fn(inputs.per_replica, bridge)
         step_ops = graph.get_operations()[first_op:]
         spec = replicas.specs[0]
         side_effects = [spec.train_op]
-        embedding_update, next_pending = self._update_embeddings(per_replica, batches, list(pending), step_ops)
+        embedding_update, next_pending = self._update_embeddings(bridge, inputs, replicas, pending, step_ops)
         side_effects += embedding_update
         side_effects += self._enqueue_host_calls(replicas, step, step_ops)
         with tf.control_dependencies(side_effects):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
-        return [step + 1, loss] + next_pending
+        return [step + 1, loss] + next_pending, spec
 
     # ---- the stages of one step ------------------------------------------------------------------------------
 
-    def _read_inputs_and_look_up_embeddings(self):
-        """Stages 1-2: each replica's `(features, labels)` (with activations) and the engine batches (or None)."""
-        if self._infeed is None:
-            return self._pipeline.next_step().per_replica, None
-        per_replica, batches = self._bridge.join_host_parts(self._infeed.dequeue())
-        return self._bridge.attach_activations(per_replica, batches), batches
-
-    def _preprocess_ids(self) -> embedding_infeed.HostParts:
-        """The embedding infeed's host stage: a step's input read and its ids preprocessed, per host."""
-        return self._bridge.host_parts(*self._bridge.preprocess(self._pipeline.next_step().per_replica))
-
-    def _replicate_model_fn(self, per_replica: List[Any]) -> sharded_step.Replicas:
-        """Stage 3: `model_fn` on every replica; checks that replica 0 returned a loss and a train op.
+    def _replicate_model_fn(self, per_replica: List[Any], bridge: Optional[EmbeddingBridge]) -> sharded_step.Replicas:
+        """`model_fn` on every replica; checks that replica 0 returned a loss and a train op.
 
         Raises:
           ValueError: several replicas but no cross-replica reduction (no `CrossShardOptimizer`), or no
             loss/train_op.
         """
-        replicas = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, self._bridge)
+        replicas = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, bridge)
         if self._ctx.num_replicas > 1 and replicas.num_reductions == 0:
             raise ValueError("CrossShardOptimizer must be used for model training on TPUs.")
         spec = replicas.specs[0]
         if spec.loss is None or spec.train_op is None:
             raise ValueError("model_fn must return loss and train_op in TRAIN mode.")
-        self._replica0_spec = spec
         return replicas
 
-    def _update_embeddings(self, per_replica, batches, pending: List[tf.Tensor], step_ops):
-        """Stage 4 (embeddings): the engine update of this step's tapped gradients (pipelined: of the previous step).
+    def _update_embeddings(
+        self,
+        bridge: Optional[EmbeddingBridge],
+        inputs: FedStep,
+        replicas: sharded_step.Replicas,
+        pending: List[tf.Tensor],
+        step_ops,
+    ) -> Tuple[List[tf.Operation], List[tf.Tensor]]:
+        """The engine update of this step's tapped gradients (pipelined: of the previous step).
 
         Returns:
           `(ops to run with the step, the pending update to carry to the next step)`.
         """
-        if self._bridge is None:
+        if bridge is None:
             return [], []
         next_pending = []
-        if self._pipelined:
+        if bridge.pipelined:
             # The previous step's update runs after this step's lookups: activations are one update stale.
-            inputs = [t for t in tf.nest.flatten(per_replica, expand_composites=True) if t is not None]
-            with tf.control_dependencies(inputs):
-                update = self._bridge.apply_pending(pending)
-            next_pending = self._bridge.step_pending(batches)
+            looked_up = [t for t in tf.nest.flatten(inputs.per_replica, expand_composites=True) if t is not None]
+            with tf.control_dependencies(looked_up):
+                update = bridge.apply_pending(pending)
+            next_pending = bridge.step_pending(inputs.batches, replicas.tapped_gradients)
         else:
-            update = self._bridge.apply_gradients(batches)
+            update = bridge.apply_gradients(inputs.batches, replicas.tapped_gradients)
         # As on a TPU, the step's reads (learning_rate_fn(global_step)) see the values from before the step.
         _tf_internal.order_variable_writes_after([update], step_ops)
         return [update], next_pending
 
     def _enqueue_host_calls(self, replicas: sharded_step.Replicas, step: tf.Tensor, step_ops) -> List[tf.Operation]:
-        """Stage 5: queues the `host_call` tensors of every replica (every n-th step)."""
+        """Queues the `host_call` tensors of every replica (every n-th step)."""
         if getattr(replicas.specs[0], "host_call", None) is None:
             return []
         enqueue, host_tensors = self._host_calls.enqueue([s.host_call for s in replicas.specs], step)
@@ -234,9 +228,11 @@ class TrainLoop(object):
     # ---- after the loop --------------------------------------------------------------------------------------
 
     def _progress_hooks(self, loss: tf.Tensor) -> List[tf.compat.v1.train.SessionRunHook]:
-        progress = self._loop.progress
+        progress = self._loop_settings.progress
         every_n_runs = None
         if progress.every_n_steps is not None:
             # Hooks see one run per loop.
-            every_n_runs = hooks_lib.logging_every_n_runs(progress.every_n_steps, self._loop.iterations_per_loop)
+            every_n_runs = hooks_lib.logging_every_n_runs(
+                progress.every_n_steps, self._loop_settings.iterations_per_loop
+            )
         return hooks_lib.progress_hooks(loss, self._ctx.global_batch_size, progress, every_n_runs)
