@@ -338,7 +338,8 @@ class EmbeddingEngine(tf.Module):
         Per part, on its device: the checks of `apply_gradients` and the gradient of its unique ids. Each table
         shard then sums the parts' gradients per id and applies its optimizer ONCE per unique id of the whole
         batch (`ShardedTable.apply_summed_gradient_ops`): the update `apply_gradients` makes for the joined batch,
-        up to the float summation order. Every table update waits for every part's checks.
+        up to the float summation order. Every table update waits for every part's checks. One part is
+        `apply_gradients` on its device.
 
         Args:
           parts: per part, `(batches, activation_grads, device)`: the output of `preprocess` for its rows, the
@@ -354,6 +355,13 @@ class EmbeddingEngine(tf.Module):
           ValueError: a table has no optimizer (naming it), gradient structure/shape mismatch, or a batch
             preprocessed with `deduplicate=False`.
         """
+        if len(parts) == 1:
+            # One part is the batch: its ids are already unique, nothing to sum across parts.
+            batches, activation_grads, device = parts[0]
+            with graph_constants.placed(device):
+                return self.apply_gradients(
+                    batches, activation_grads, learning_rate_override, gradient_multiplier, check_numerics
+                )
         self._require_optimizers()
         with tf.name_scope("embedding_apply_gradients"), graph_constants.sharing():
             multiplier = None if gradient_multiplier is None else tf.cast(gradient_multiplier, tf.float32)
@@ -450,7 +458,8 @@ class EmbeddingEngine(tf.Module):
         Args:
           parts: per part, `(unique_ids, grads, device)` as `apply_table_gradients` takes them, and where the
             part's checks and shard split run. The parts' gradients are summed per id on each table shard, which
-            applies its optimizer once per unique id (see `apply_gradients_of_parts`).
+            applies its optimizer once per unique id (see `apply_gradients_of_parts`). One part is
+            `apply_table_gradients` on its device.
           learning_rate_override: Scalar used for every table instead of the optimizers' learning rates.
           check_numerics: Raise InvalidArgumentError naming the table on NaN/Inf gradients, before any update.
           sorted_ids: Whether each part's ids are ascending.
@@ -461,6 +470,11 @@ class EmbeddingEngine(tf.Module):
         Raises:
           ValueError: a table has no optimizer (naming it).
         """
+        if len(parts) == 1:
+            # One part is the batch: its ids are already unique, nothing to sum across parts.
+            unique_ids, grads, device = parts[0]
+            with graph_constants.placed(device):
+                return self.apply_table_gradients(unique_ids, grads, learning_rate_override, check_numerics, sorted_ids)
         self._require_optimizers()
         with graph_constants.sharing():
             checks = []

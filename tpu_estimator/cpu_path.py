@@ -3,7 +3,7 @@ the `{serve, tpu}` export graph.
 
 `model_fn` is called once, on the host, with the global batch; a `TPUEstimatorSpec` becomes the `EstimatorSpec`
 upstream's CPU path builds (host calls run every step). Dict-configured embeddings get their activations from
-plain lookups on the full tables (`embedding_bridge.serving_features`).
+plain lookups on the full tables (`embedding_serving.serving_features`).
 """
 
 import dataclasses
@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, embedding_bridge
+from tpu_estimator import _estimator_lib, _tf_internal, embedding_serving
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.context import ShardingContext
@@ -70,7 +70,7 @@ def embedding_features(spec: Optional[EmbeddingConfigSpec], features, mode: str)
     """Dict-configured embeddings off the shards: activations from plain lookups on the full tables.
 
     Feature-column models: the columns look up their own variables on the CPU path, from inputs whose ids are
-    first checked as training checks them (`embedding_bridge.checked_column_features`).
+    first checked as training checks them (`embedding_serving.checked_column_features`).
 
     Raises:
       ValueError: training dict-configured embeddings on the CPU path (their optimizer runs on shards).
@@ -78,13 +78,13 @@ def embedding_features(spec: Optional[EmbeddingConfigSpec], features, mode: str)
     if spec is None:
         return features
     if spec.feature_columns:
-        return embedding_bridge.checked_column_features(spec, features)
+        return embedding_serving.checked_column_features(spec, features)
     if mode == ModeKeys.TRAIN:
         raise ValueError(
             "Training with an EmbeddingConfigSpec of feature_to_config_dict/table_to_config_dict needs "
             "the shards: use use_tpu=True (any num_shards, also 1 on a CPU)."
         )
-    return embedding_bridge.serving_features(spec, features)
+    return embedding_serving.serving_features(spec, features)
 
 
 def call_for_tpu_export(settings: CpuSettings, features, labels, wrap_in_rewrite: bool):

@@ -20,9 +20,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import tensorflow as tf
 
 import embedding
-import embedding.serving
 from embedding import checkpointing, graph_constants
-from tpu_estimator import _estimator_lib, _tf_internal
+from tpu_estimator import _estimator_lib, _tf_internal, engine_inputs
 from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
 from tpu_estimator.input_pipeline import WholeHostBatch
 
@@ -41,35 +40,6 @@ def _join_replicas(pieces: List[Any]) -> Any:
     if isinstance(pieces[0], tf.SparseTensor):
         return tf.sparse.concat(axis=0, sp_inputs=pieces, expand_nonconcat_dims=True)
     return tf.concat(pieces, axis=graph_constants.constant(0, tf.int32))
-
-
-def _as_engine_input(ids: Any, sequence: bool) -> Any:
-    """Ids as the engine reads them.
-
-    Dense multi-id rows `[B, k]` (k > 1) of a combined feature become ragged rows (all ids kept); the `[B, T, 1]`
-    sparse ids of sequence categorical columns become `[B, T]`.
-    """
-    if isinstance(ids, tf.SparseTensor):
-        if sequence and ids.shape.rank == 3:
-            return tf.sparse.reshape(ids, ids.dense_shape[:2])
-        return ids
-    if isinstance(ids, tf.RaggedTensor):
-        return ids
-    ids = tf.convert_to_tensor(ids)
-    if not sequence and ids.shape.rank == 2 and ids.shape[1] != 1:
-        return tf.RaggedTensor.from_tensor(ids)
-    return ids
-
-
-def _sequence_lengths(ids: Any, max_sequence_length: int, batch_size: int) -> tf.Tensor:
-    if isinstance(ids, tf.SparseTensor):
-        rows = ids.indices[:, 0]
-        lengths = tf.math.bincount(tf.cast(rows, tf.int32), minlength=batch_size, maxlength=batch_size, dtype=tf.int64)
-    elif isinstance(ids, tf.RaggedTensor):
-        lengths = tf.cast(ids.row_lengths(), tf.int64)
-    else:
-        lengths = tf.fill([batch_size], tf.cast(tf.shape(ids)[1], tf.int64))
-    return tf.minimum(lengths, max_sequence_length)
 
 
 class TappedGradients(object):
@@ -196,11 +166,6 @@ class EmbeddingBridge(object):
         return self._resolved.features
 
     @property
-    def multi_host(self) -> bool:
-        """Whether each host does the host stage of its own replicas (a cluster of several hosts)."""
-        return len(self._hosts) > 1
-
-    @property
     def pipelined(self) -> bool:
         """Whether TRAIN overlaps step t's update with step t+1 (`pipeline_execution_with_tensor_core`)."""
         return self._training and bool(self._spec.pipeline_execution_with_tensor_core)
@@ -258,13 +223,11 @@ class EmbeddingBridge(object):
 
         Returns:
           `(per_replica, batches)`: each replica's `(features, labels)` without the embedding inputs (plus the
-          sequence lengths of sequence features), and the engine batches of the global step (on several hosts: a
-          list of each host's batches, built on its CPU).
+          sequence lengths of sequence features), and the engine batches of the global step: a list of each host's
+          batches, built on its CPU (one element on one host).
         """
         for features, _ in per_replica:
             self._check_inputs(features)
-        if not self.multi_host:
-            return self._preprocess_host(per_replica, self._host_device)
         outputs, batches = [], []
         for device, replicas in self._hosts:
             with graph_constants.placed(device):
@@ -285,13 +248,17 @@ class EmbeddingBridge(object):
             lengths = {}
             for feature in self._resolved.features:
                 sequence = feature.max_sequence_length > 0
-                global_ids[feature.key] = _as_engine_input(ids[feature.key], sequence)
+                global_ids[feature.key] = engine_inputs.as_engine_input(ids[feature.key], sequence)
                 global_weights[feature.key] = (
-                    _as_engine_input(weights[feature.key], sequence) if weights[feature.key] is not None else None
+                    engine_inputs.as_engine_input(weights[feature.key], sequence)
+                    if weights[feature.key] is not None
+                    else None
                 )
                 if sequence:
                     global_batch = self._replica_batch_size * num_replicas
-                    all_lengths = _sequence_lengths(global_ids[feature.key], feature.max_sequence_length, global_batch)
+                    all_lengths = engine_inputs.sequence_lengths(
+                        global_ids[feature.key], feature.max_sequence_length, global_batch
+                    )
                     all_lengths.set_shape([global_batch])
                     lengths[feature.key] = tf.split(all_lengths, num_replicas) if num_replicas > 1 else [all_lengths]
         # The engine's own scope ("embedding_preprocess") beside ours, not in it: shorter names of many ops.
@@ -310,8 +277,6 @@ class EmbeddingBridge(object):
     def attach_activations(self, per_replica: List[Tuple[Any, Any]], batches):
         """Table stage: one lookup per table for the step (per host, of its unique ids, on a cluster: rows gathered
         where the shards live, combined on the host); each replica gets its rows under the feature keys."""
-        if not self.multi_host:
-            return self._attach_host(per_replica, batches, self._host_device)
         outputs = []
         for (device, replicas), host_batches in zip(self._hosts, batches):
             with graph_constants.placed(device):
@@ -404,104 +369,85 @@ class EmbeddingBridge(object):
             return None
         return tf.cast(self._spec.experimental_gradient_multiplier_fn(tf.compat.v1.train.get_global_step()), tf.float32)
 
-    def apply_gradients(self, batches, tapped: TappedGradients) -> tf.Operation:
-        """The engine update of this step from the tapped activation gradients of every replica."""
-        if self.multi_host:
-            with graph_constants.sharing():
-                per_host = self._activation_gradients_per_host(tapped)
-                with tf.device(self._host_device):
-                    with tf.name_scope("tpu_embedding_gradients"):
-                        multiplier = self._gradient_multiplier()
-                    parts = [(b, grads, device) for b, (grads, device) in zip(batches, per_host)]
-                    return self.engine.apply_gradients_of_parts(parts, gradient_multiplier=multiplier)
-        with tf.device(self._host_device), graph_constants.sharing():
-            with tf.name_scope("tpu_embedding_gradients"):
-                grads = self._activation_gradients(tapped, list(range(self._num_replicas)))
-                multiplier = self._gradient_multiplier()
-            # The engine's own scope ("embedding_apply_gradients") beside ours, not in it: shorter names.
-            return self.engine.apply_gradients(batches, grads, gradient_multiplier=multiplier)
+    def apply_gradients(self, batches: List[Any], tapped: TappedGradients) -> tf.Operation:
+        """The engine update of this step from the tapped activation gradients of every replica.
+
+        Args:
+          batches: each host's engine batches (`preprocess`).
+          tapped: the step's `TappedGradients`.
+        """
+        with graph_constants.sharing():
+            per_host = self._activation_gradients_per_host(tapped)
+            with tf.device(self._host_device):
+                with tf.name_scope("tpu_embedding_gradients"):
+                    multiplier = self._gradient_multiplier()
+                # The engine's own scope ("embedding_apply_gradients") beside ours, not in it: shorter names.
+                parts = [(b, grads, device) for b, (grads, device) in zip(batches, per_host)]
+                return self.engine.apply_gradients_of_parts(parts, gradient_multiplier=multiplier)
 
     # ---- pipelined updates (pipeline_execution_with_tensor_core) ----------------------------------------------
 
     def empty_pending(self) -> List[tf.Tensor]:
-        """Loop state of a pipelined update: per table (per host, on several), no ids and no gradients yet."""
-        if self.multi_host:
-            state = []
-            for device, _ in self._hosts:
-                with tf.device(device):
-                    state += self._empty_pending()
-            return state
-        return self._empty_pending()
-
-    def _empty_pending(self) -> List[tf.Tensor]:
+        """Loop state of a pipelined update: per host, on its CPU, per table no ids and no gradients yet."""
         state = []
-        for table in self.engine.tables.values():
-            state += [tf.zeros([0], tf.int64), tf.zeros([0, table.dim], tf.float32)]
+        for device, _ in self._hosts:
+            with tf.device(device):
+                for table in self.engine.tables.values():
+                    state += [tf.zeros([0], tf.int64), tf.zeros([0, table.dim], tf.float32)]
         return state
 
     def pending_shape_invariants(self) -> List[tf.TensorShape]:
+        """The shapes of `empty_pending`'s tensors as the loop carries them (any number of ids)."""
         shapes = []
         for table in self.engine.tables.values():
             shapes += [tf.TensorShape([None]), tf.TensorShape([None, table.dim])]
         return shapes * len(self._hosts)
 
-    def step_pending(self, batches, tapped: TappedGradients) -> List[tf.Tensor]:
-        """This step's update, held back: per table its unique ids and accumulated gradients (per host, on its
-        CPU, on several hosts)."""
-        if self.multi_host:
-            per_host = self._activation_gradients_per_host(tapped)
-            with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
-                multiplier = self._gradient_multiplier()
-            state = []
-            for host_batches, (grads, device) in zip(batches, per_host):
-                with graph_constants.placed(device), tf.name_scope("tpu_embedding_gradients"):
-                    state += self._pending_state(host_batches, grads, lambda: multiplier)
-            return state
-        with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
-            activation_grads = self._activation_gradients(tapped, list(range(self._num_replicas)))
-            return self._pending_state(batches, activation_grads, self._gradient_multiplier)
+    def step_pending(self, batches: List[Any], tapped: TappedGradients) -> List[tf.Tensor]:
+        """This step's update, held back: per host, on its CPU, per table its unique ids and accumulated gradients.
 
-    def _pending_state(self, batches, activation_grads, multiplier_fn) -> List[tf.Tensor]:
-        grads = self.engine.table_gradients(batches, activation_grads)
-        multiplier = multiplier_fn()
+        Args:
+          batches: each host's engine batches (`preprocess`).
+          tapped: the step's `TappedGradients`.
+        """
+        per_host = self._activation_gradients_per_host(tapped)
+        with tf.device(self._host_device), tf.name_scope("tpu_embedding_gradients"):
+            multiplier = self._gradient_multiplier()
         state = []
-        for name in self.engine.tables:
-            state += [batches[name].unique_ids, grads[name] if multiplier is None else grads[name] * multiplier]
+        for host_batches, (activation_grads, device) in zip(batches, per_host):
+            with graph_constants.placed(device), tf.name_scope("tpu_embedding_gradients"):
+                grads = self.engine.table_gradients(host_batches, activation_grads)
+                for name in self.engine.tables:
+                    gradient = grads[name] if multiplier is None else grads[name] * multiplier
+                    state += [host_batches[name].unique_ids, gradient]
         return state
 
     def apply_pending(self, pending: List[tf.Tensor]) -> tf.Operation:
         """Applies a held-back update (checked, one optimizer application per table)."""
         names = list(self.engine.tables)
+        size = 2 * len(names)
+        parts = []
+        for h, (device, _) in enumerate(self._hosts):
+            state = pending[h * size : (h + 1) * size]
+            parts.append((dict(zip(names, state[0::2])), dict(zip(names, state[1::2])), device))
         with tf.device(self._host_device), tf.name_scope("tpu_embedding_pipelined_update"):
-            if self.multi_host:
-                size = 2 * len(names)
-                parts = []
-                for h, (device, _) in enumerate(self._hosts):
-                    state = pending[h * size : (h + 1) * size]
-                    parts.append((dict(zip(names, state[0::2])), dict(zip(names, state[1::2])), device))
-                return self.engine.apply_table_gradients_of_parts(parts)
-            return self.engine.apply_table_gradients(dict(zip(names, pending[0::2])), dict(zip(names, pending[1::2])))
+            return self.engine.apply_table_gradients_of_parts(parts)
 
     # ---- the step's structure per host (queues of the embedding infeed) -----------------------------------------
 
-    def host_parts(self, per_replica: List[Tuple[Any, Any]], batches) -> List[Tuple[str, Any]]:
+    def host_parts(self, per_replica: List[Tuple[Any, Any]], batches: List[Any]) -> List[Tuple[str, Any]]:
         """`preprocess`'s output per host: `[(its CPU, (its replicas' inputs, its batches))]`."""
-        batches_per_host = batches if self.multi_host else [batches]
         return [
             (device, (host_per_replica, host_batches))
-            for (device, host_per_replica), host_batches in zip(self.per_host(per_replica), batches_per_host)
+            for (device, host_per_replica), host_batches in zip(self.per_host(per_replica), batches)
         ]
 
     def per_host(self, per_replica_values: List[Any]) -> List[Tuple[str, List[Any]]]:
         """A list with one value per replica, split by host: `[(its CPU, its replicas' values)]`."""
-        if not self.multi_host:
-            return [(self._host_device, list(per_replica_values))]
         return [(device, [per_replica_values[r] for r in replicas]) for device, replicas in self._hosts]
 
-    def join_host_parts(self, parts: List[Any]):
-        """The inverse of `host_parts` (without the devices): `(per_replica, batches)`."""
-        if not self.multi_host:
-            return parts[0]
+    def join_host_parts(self, parts: List[Any]) -> Tuple[List[Tuple[Any, Any]], List[Any]]:
+        """The inverse of `host_parts` (without the devices): `(per_replica, each host's batches)`."""
         per_replica, batches = [], []
         for host_per_replica, host_batches in parts:
             per_replica += host_per_replica
@@ -538,98 +484,3 @@ class EmbeddingBridge(object):
             checkpointing.register_shard_variable(variable)
         checkpointing.add_saveables_to_graph(self.engine.saveables())
         self._names_set = True
-
-
-def serving_features(spec: EmbeddingConfigSpec, features: Any) -> dict:
-    """Features with the embedding activations computed by plain TensorFlow lookups on full tables.
-
-    Used for the CPU path and export of dict-configured embeddings: one variable `[vocabulary, dim]` per table,
-    named as the table's checkpoint key, so the export restores the logical tables of training checkpoints and any
-    TensorFlow runtime serves the model. Ids are checked as training checks them (in `[0, vocabulary_size)`; an
-    `InvalidArgumentError` names the feature and table), instead of the plain lookups' dropping of negative ids.
-
-    Raises:
-      ValueError: features is not a dict, or an embedding feature is missing.
-    """
-    resolved = resolve_embedding_config(spec)
-    if not isinstance(features, dict):
-        raise ValueError("With an embedding_config_spec, features must be a dict; got {}.".format(type(features)))
-    tables = {}
-    for name, table in resolved.tables.items():
-        tables[name] = tf.compat.v1.get_variable(
-            name,
-            shape=[table.vocabulary_size, table.dim],
-            dtype=tf.float32,
-            initializer=tf.compat.v1.zeros_initializer(),
-            trainable=False,
-        )
-    inputs, weights = collections.OrderedDict(), collections.OrderedDict()
-    for feature in resolved.features:
-        if feature.key not in features:
-            raise ValueError(
-                "Embedding feature {!r} (table {!r}) is missing from the serving features.".format(
-                    feature.key, feature.table_name
-                )
-            )
-        sequence = feature.max_sequence_length > 0
-        inputs[feature.key] = _as_engine_input(features[feature.key], sequence)
-        weight = features.get(feature.weight_key) if feature.weight_key else None
-        weights[feature.key] = _as_engine_input(weight, sequence) if weight is not None else None
-    activations = embedding.serving.serving_embedding_lookup(
-        inputs, weights, tables, resolved.feature_config, check_ids=True
-    )
-    result = {k: v for k, v in features.items() if k not in resolved.raw_keys}
-    for feature in resolved.features:
-        result[feature.key] = activations[feature.key]
-        if feature.max_sequence_length:
-            batch = tf.shape(activations[feature.key])[0]
-            result[feature.key + SEQUENCE_LENGTH_SUFFIX] = _sequence_lengths(
-                inputs[feature.key], feature.max_sequence_length, batch
-            )
-    return result
-
-
-def checked_column_features(spec: EmbeddingConfigSpec, features: Any) -> Any:
-    """`features` whose embedding columns' inputs are read only after their ids passed training's check.
-
-    Off the shards, TPU embedding columns look up their own variables with upstream's CPU code, which silently
-    drops negative ids; training on the shards refuses them. The ids each column produces from `features` (after
-    its own transformation: e.g. the `-1` "missing" entries of dense int inputs are dropped, as in training) must be
-    in `[0, vocabulary_size)`, or running the graph raises `InvalidArgumentError` naming the feature and table,
-    with the message of training's check.
-
-    Raises:
-      ValueError: features is not a dict, or an input of an embedding column is missing.
-    """
-    resolved = resolve_embedding_config(spec)
-    if not isinstance(features, dict):
-        raise ValueError("With an embedding_config_spec, features must be a dict; got {}.".format(type(features)))
-    checked = dict(features)
-    for feature in resolved.features:
-        keys = _tf_internal.categorical_input_keys(feature.column.categorical_column)
-        missing = [k for k in keys if k not in features]
-        if missing:
-            raise ValueError(
-                "Embedding feature {!r} (table {!r}) needs input features {} that are missing.".format(
-                    feature.key, feature.table_name, missing
-                )
-            )
-        ids, _ = _tf_internal.categorical_ids(feature.column.categorical_column, features)
-        vocabulary_size = resolved.tables[feature.table_name].vocabulary_size
-        gate = embedding.serving.check_ids_in_range(ids, vocabulary_size, feature.key, feature.table_name)
-        if gate is ids:  # Eager: checked already.
-            continue
-        for key in keys:
-            checked[key] = _read_after(checked[key], gate)
-    return checked
-
-
-def _read_after(value: Any, gate: Any) -> Any:
-    """`value` (dense, sparse or ragged) read after the ops producing `gate` have run."""
-    dependency = gate.values if isinstance(gate, tf.SparseTensor) else gate
-    with tf.control_dependencies([dependency]):
-        if isinstance(value, tf.SparseTensor):
-            return tf.SparseTensor(value.indices, tf.identity(value.values), value.dense_shape)
-        if isinstance(value, tf.RaggedTensor):
-            return value.with_flat_values(tf.identity(value.flat_values))
-        return tf.identity(value)

@@ -170,17 +170,19 @@ def train_eager_in_parts(engine, part_rows, pending=False):
             engine.apply_gradients_of_parts(parts)
 
 
+@pytest.mark.parametrize("part_rows", [[slice(0, 2), slice(2, 3)], [slice(0, 3)]], ids=["two_parts", "one_part"])
 @pytest.mark.parametrize("pending", [False, True])
 @pytest.mark.parametrize("num_shards,strategy", [(1, "div"), (3, "div"), (4, "mod")])
 @pytest.mark.parametrize("case", ["adagrad", "adam_dense", "ftrl"])
-def test_batch_in_parts_updates_once_per_unique_id(case, num_shards, strategy, pending):
+def test_batch_in_parts_updates_once_per_unique_id(case, num_shards, strategy, pending, part_rows):
     # Ids repeat across the parts (e.g. user 3 in rows 0 and 2): each shard sums the parts' gradients per id and
     # applies its optimizer once, as for the whole batch.
     make_opt, kind, kwargs, lr, lazy = CASES[case]
     engine = EmbeddingEngine(
         feature_config(combiner_a="sqrtn"), make_opt(), num_shards=num_shards, devices=CPUS, partition_strategy=strategy
     )
-    train_eager_in_parts(engine, [slice(0, 2), slice(2, 3)], pending=pending)
+    # One part is the one-host case (the whole batch); two are two hosts.
+    train_eager_in_parts(engine, part_rows, pending=pending)
     got = engine_state(engine)
     assert_state_close(got, reference_training(kind, kwargs, lr, "sqrtn", lazy))
     whole = EmbeddingEngine(feature_config(combiner_a="sqrtn"), make_opt(), num_shards=num_shards, devices=CPUS)
