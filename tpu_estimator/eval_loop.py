@@ -2,7 +2,7 @@
 
 One step, top to bottom (`EvalLoop._step`):
 
-1. read inputs: each replica's `(features, labels)` (`input_pipeline.py`);
+1. read inputs: each replica's `(features, labels)` (`step_feed.StepFeed.for_evaluation`, `input_pipeline.py`);
 2. embedding lookup: the step's activations, tables read-only (`embedding_bridge.py`);
 3. replicate `model_fn` on every replica (`sharded_step.replicate_model_fn`);
 4. metrics: the `eval_metrics` tensors of every replica, concatenated on the host, go through `eval_metrics`'

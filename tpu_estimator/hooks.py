@@ -44,6 +44,26 @@ def eval_loop_length_tensor() -> tf.Tensor:
     return iterations
 
 
+def _registered_loop_length(collection: str, loop: str) -> tf.Tensor:
+    """The loop-length tensor registered in the default graph's `collection`.
+
+    The Estimator creates its step hooks (`_convert_train_steps_to_hooks`, `_convert_eval_steps_to_hooks`) before it
+    calls `model_fn`, so these hooks find the tensor by name in the graph they are begun in: the only graph
+    collections the loops write.
+
+    Raises:
+      RuntimeError: the graph has no such loop (or several).
+    """
+    found = tf.compat.v1.get_collection(collection)
+    if len(found) != 1:
+        raise RuntimeError(
+            "The TPUEstimator {} loop was not found in the graph ({} tensors in collection {!r}).".format(
+                loop, len(found), collection
+            )
+        )
+    return tf.compat.v1.get_default_graph().get_tensor_by_name(found[0])
+
+
 class EvalLoopLengthHook(tf.compat.v1.train.SessionRunHook):
     """Feeds `evaluate(steps=N)`'s N as the evaluation loop's length: all N steps run in one `Session.run`.
 
@@ -59,14 +79,7 @@ class EvalLoopLengthHook(tf.compat.v1.train.SessionRunHook):
         self._iterations = None
 
     def begin(self):
-        found = tf.compat.v1.get_collection(EVAL_LOOP_LENGTH_COLLECTION)
-        if len(found) != 1:
-            raise RuntimeError(
-                "The TPUEstimator evaluation loop was not found in the graph ({} tensors in collection {!r}).".format(
-                    len(found), EVAL_LOOP_LENGTH_COLLECTION
-                )
-            )
-        self._iterations = tf.compat.v1.get_default_graph().get_tensor_by_name(found[0])
+        self._iterations = _registered_loop_length(EVAL_LOOP_LENGTH_COLLECTION, "evaluation")
 
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs(fetches=None, feed_dict={self._iterations: self._steps})
@@ -109,14 +122,7 @@ class LoopStopHook(tf.compat.v1.train.SessionRunHook):
         self._global_step_tensor = tf.compat.v1.train.get_global_step()
         if self._global_step_tensor is None:
             raise RuntimeError("Global step should be created to use LoopStopHook.")
-        found = tf.compat.v1.get_collection(ITERATIONS_PER_LOOP_COLLECTION)
-        if len(found) != 1:
-            raise RuntimeError(
-                "The TPUEstimator training loop was not found in the graph ({} tensors in collection {!r}).".format(
-                    len(found), ITERATIONS_PER_LOOP_COLLECTION
-                )
-            )
-        self._iterations = tf.compat.v1.get_default_graph().get_tensor_by_name(found[0])
+        self._iterations = _registered_loop_length(ITERATIONS_PER_LOOP_COLLECTION, "training")
 
     def after_create_session(self, session, coord):
         self._current_step = int(session.run(self._global_step_tensor))

@@ -2,20 +2,20 @@
 
 One step, top to bottom (`TrainLoop._step`):
 
-1. read inputs: each replica's `(features, labels)` (`input_pipeline.py`);
-2. embedding lookup: with an `EmbeddingConfigSpec`, the ids were preprocessed ahead of the loop by the embedding
-   infeed thread (`embedding_infeed.py`); the step dequeues them and looks up the activations
-   (`embedding_bridge.py`);
-3. replicate `model_fn`: built once per replica on its device (`sharded_step.replicate_model_fn`,
-   `replication.py`); replica 0's `train_op` runs;
-4. reduce and update: dense gradients are summed across replicas by `CrossShardOptimizer` inside the replicas
-   (checked here); the embedding gradients tapped in every replica are joined and applied once per unique id by
-   the engine (`embedding_bridge.py`), now or, pipelined, in the next step;
-5. host calls: `host_call` tensors of every replica are concatenated and queued every
+1. read inputs and look up the embeddings (`step_feed.StepFeed.for_training`): each replica's `(features,
+   labels)`; with an `EmbeddingConfigSpec`, the ids were preprocessed ahead of the loop by the embedding infeed
+   thread (`embedding_infeed.py`), and the step dequeues them and looks up the activations (`embedding_bridge.py`);
+2. replicate `model_fn` (`sharded_step.replicate_model_fn`): replica 0 traced and copied (`stamping.py`) or one
+   build per replica (`replication.py`); replica 0's `train_op` runs;
+3. reduce and update: dense gradients are summed across replicas by `CrossShardOptimizer` inside the replicas
+   (checked here); the embedding gradients tapped in every replica (`Replicas.tapped_gradients`) are joined and
+   applied once per unique id by the engine (`embedding_bridge.py`), now or, pipelined, in the next step;
+4. host calls: `host_call` tensors of every replica are concatenated and queued every
    `experimental_host_call_every_n_steps` steps; `host_fn` runs after the loop (`host_calls.HostCallOutfeed`).
 
-The loop returns the train op (the last step's loss) and the hooks that size and stop the loops, start the
-input, drain the host calls and report progress (`hooks.py`).
+Building the loop returns what it traced (`TracedTrainLoop`): the train op (the last step's loss) and replica 0's
+spec, whose hooks join the ones that size and stop the loops, start the input, drain the host calls and report
+progress (`hooks.py`).
 """
 
 import dataclasses
