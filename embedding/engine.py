@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from embedding import checkpointing, combiners, graph_constants, preprocessing
 from embedding import config as config_lib
+from embedding.shard_exchange import ShardExchange
 from embedding.sharded_table import ShardedTable
 
 
@@ -126,6 +127,10 @@ class EmbeddingEngine(tf.Module):
       checkpoint_names: Optional `{table_name: checkpoint key}` (default: the table name).
       slot_checkpoint_names: Optional `{table_name: {slot: checkpoint key}}` (default `{key}/{slot}`).
       register_in_graph: See `ShardedTable`.
+      shard_exchange: When each host has a process and graph of its own (the tables' shards on every host's
+        devices, `devices` naming them all), carries this process's gradient pieces to the shards' owners; every
+        update then goes through it and updates only the shards this process owns (`shard_exchange.py`). Every
+        process must make the same updates in the same order. None: one graph holds every part.
 
     Raises:
       ValueError: bad configs, duplicate table names or checkpoint keys.
@@ -141,8 +146,10 @@ class EmbeddingEngine(tf.Module):
         checkpoint_names: Optional[Mapping[str, str]] = None,
         slot_checkpoint_names: Optional[Mapping[str, Mapping[str, str]]] = None,
         register_in_graph: bool = True,
+        shard_exchange: Optional[ShardExchange] = None,
     ):
         super().__init__(name=None)
+        self._exchange = shard_exchange
         resolved = config_lib.resolve_feature_config(feature_config)
         if isinstance(feature_config, list) and all(
             isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in feature_config
@@ -319,6 +326,13 @@ class EmbeddingEngine(tf.Module):
           ValueError: a table has no optimizer (naming it), gradient structure/shape mismatch, or a batch
             preprocessed with `deduplicate=False`.
         """
+        if self._exchange is not None:
+            return self.apply_gradients_of_parts(
+                [(batches, activation_grads, self._exchange.host_device)],
+                learning_rate_override,
+                gradient_multiplier,
+                check_numerics,
+            )
         with tf.name_scope("embedding_apply_gradients"), graph_constants.sharing():
             multiplier = None if gradient_multiplier is None else tf.cast(gradient_multiplier, tf.float32)
             checks, grads = self._checked_table_gradients(batches, activation_grads, multiplier, check_numerics)
@@ -355,7 +369,7 @@ class EmbeddingEngine(tf.Module):
           ValueError: a table has no optimizer (naming it), gradient structure/shape mismatch, or a batch
             preprocessed with `deduplicate=False`.
         """
-        if len(parts) == 1:
+        if len(parts) == 1 and self._exchange is None:
             # One part is the batch: its ids are already unique, nothing to sum across parts.
             batches, activation_grads, device = parts[0]
             with graph_constants.placed(device):
@@ -438,6 +452,10 @@ class EmbeddingEngine(tf.Module):
         Raises:
           ValueError: a table has no optimizer (naming it).
         """
+        if self._exchange is not None:
+            return self.apply_table_gradients_of_parts(
+                [(unique_ids, grads, self._exchange.host_device)], learning_rate_override, check_numerics, sorted_ids
+            )
         self._require_optimizers()
         with graph_constants.sharing():
             checks = []
@@ -470,7 +488,7 @@ class EmbeddingEngine(tf.Module):
         Raises:
           ValueError: a table has no optimizer (naming it).
         """
-        if len(parts) == 1:
+        if len(parts) == 1 and self._exchange is None:
             # One part is the batch: its ids are already unique, nothing to sum across parts.
             unique_ids, grads, device = parts[0]
             with graph_constants.placed(device):
@@ -501,7 +519,9 @@ class EmbeddingEngine(tf.Module):
         return self._gated_updates(
             inputs,
             learning_rate_override,
-            lambda table, name, lr: table.apply_summed_gradient_ops(per_table[name], lr, sorted_ids=sorted_ids),
+            lambda table, name, lr: table.apply_summed_gradient_ops(
+                per_table[name], lr, sorted_ids=sorted_ids, exchange=self._exchange
+            ),
         )
 
     def _apply(

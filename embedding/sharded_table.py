@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from embedding import checkpointing, graph_constants, optimizers, preprocessing
+from embedding import checkpointing, graph_constants, optimizers, preprocessing, shard_exchange
 from embedding import config as config_lib
 from embedding import devices as devices_lib
 from embedding.devices import DeviceLike
@@ -519,7 +519,11 @@ class ShardedTable(tf.Module):
             return [op for op in ops if op is not None]
 
     def apply_summed_gradient_ops(
-        self, parts: Sequence[Tuple[Any, Any, DeviceLike]], learning_rate=None, sorted_ids: bool = False
+        self,
+        parts: Sequence[Tuple[Any, Any, DeviceLike]],
+        learning_rate=None,
+        sorted_ids: bool = False,
+        exchange: Optional["shard_exchange.ShardExchange"] = None,
     ) -> List[tf.Operation]:
         """Applies the optimizer ONCE per unique id to the gradients of several parts of a batch, summed per id.
 
@@ -534,9 +538,12 @@ class ShardedTable(tf.Module):
             accumulated per id, and where the part's split runs.
           learning_rate: Scalar; default `optimizer.learning_rate_tensor()`.
           sorted_ids: each part's ids are ascending (see `lookup`).
+          exchange: when each host has a process and graph of its own, carries this process's pieces to the
+            processes that own the shards (`shard_exchange.py`); only the shards this process owns are updated here.
+            None: every part is in this graph.
 
         Returns:
-          The update ops in graph mode (eagerly they have run).
+          The update ops in graph mode (eagerly they have run), with an exchange also the ops that send its pieces.
 
         Raises:
           ValueError: if the table has no optimizer.
@@ -553,14 +560,22 @@ class ShardedTable(tf.Module):
                     split.append(self._split_by_shard(ids, grads, sorted_ids=sorted_ids)[0])
             ops = []
             for k in range(self._layout.num_shards):
+                pieces = [(p[k][0], p[k][1]) for p in split]
+                if exchange is not None:
+                    joined = [(tf.concat([i for i, _ in pieces], 0), tf.concat([g for _, g in pieces], 0))]
+                    pieces = exchange.route(self._table_name, k, self._devices[k], joined[0], self._dim)
+                    if pieces is None:  # Another process owns the shard: the piece is sent, no update here.
+                        continue
                 with tf.device(self._devices[k]):
                     # Constants of their own (not graph_constants'): per shard, on its device.
                     axis = tf.constant(0, tf.int32)
-                    local = tf.concat([pieces[k][0] for pieces in split], axis=axis)
-                    grads = tf.concat([pieces[k][1] for pieces in split], axis=axis)
+                    local = tf.concat([ids for ids, _ in pieces], axis=axis)
+                    grads = tf.concat([g for _, g in pieces], axis=axis)
                     local, index = tf.unique(local, out_idx=tf.int32)
                     grads = tf.math.unsorted_segment_sum(grads, index, tf.size(local, out_type=tf.int32))
                     ops.extend(self._apply_shard(k, local, grads, lr))
+            if exchange is not None:
+                ops.extend(exchange.sent_ops())
             return [op for op in ops if op is not None]
 
     def _require_optimizer(self) -> None:
