@@ -1,8 +1,8 @@
 """Per-row cost of TensorFlow's sparse update kernels, and fused kernel vs gather -> rule -> scatter per optimizer.
 
-The measurements behind `embedding.optimizers.prefer_fused_sparse_apply` (BENCHMARKS.md, "TensorFlow 2.15 and
-2.21"). Each figure is the fastest of 3 `Session.run`s of a `while_loop` of `--steps` updates. Run it with each
-interpreter to compare versions:
+The measurements behind `embedding.optimizers.prefer_fused_sparse_apply` (`docs/benchmarks/HISTORY.md`,
+"TensorFlow 2.15 and 2.21"). Each figure is the fastest of 3 `Session.run`s of a `while_loop` of `--steps` updates.
+Run it with each interpreter to compare versions:
 
     PYTHONPATH=. .venv-tf215/bin/python scripts/sparse_apply_kernels.py
     PYTHONPATH=. TF_USE_LEGACY_KERAS=1 .venv/bin/python scripts/sparse_apply_kernels.py
