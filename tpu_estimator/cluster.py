@@ -1,12 +1,19 @@
 """The cluster a `TPUEstimator` runs on: hosts, session target, and the shard devices of every host.
 
-A cluster is a set of plain `tf.distribute.Server` processes of one job (default `worker`); each is a host. The
-client (the Python process calling `train()`) is outside the cluster, like a TPU client: it connects to the
-master service of task 0 (`grpc://<task 0>`) and builds one graph whose shards are placed on
-`/job:<job>/task:<i>/device:<GPU or CPU>:<j>`. The workers were booted with the cluster spec, so task 0 already
-reaches every other task: the client's session config carries no `cluster_def` (TensorFlow refuses a session
-`cluster_def` naming the task that serves the session: "The ClusterSpec names the job and task index to be the same
-names that were provided when the server booted").
+A cluster is a set of `tf.distribute.Server` tasks of one job (default `worker`); each is a host. It runs one of
+two ways:
+
+* one client (the Python process calling `train()`) outside the cluster, like a TPU client: it connects to the
+  master service of task 0 (`grpc://<task 0>`) and builds one graph whose shards are placed on
+  `/job:<job>/task:<i>/device:<GPU or CPU>:<j>`; the hosts run plain servers (`tpu-estimator-server`);
+* one process per host (`Cluster.this_host` is set: `TF_CONFIG`'s task, or the resolver's, is a task of the hosts'
+  job): every host runs the program, starts its own server in-process (`host_server`) and builds only its own
+  replicas; dense gradients are summed across hosts by collective ops (`collectives.py`), embedding tables stay
+  sharded over all hosts (docs/DISTRIBUTED.md).
+
+The workers were booted with the cluster spec, so a session on any task reaches every other task: the session
+config carries no `cluster_def` (TensorFlow refuses a session `cluster_def` naming the task that serves the session:
+"The ClusterSpec names the job and task index to be the same names that were provided when the server booted").
 
 Without a cluster nothing here is used and shards are this process's devices (`devices.py`).
 """
@@ -41,12 +48,26 @@ class Cluster:
     Attributes:
       job: the job whose tasks are the hosts (`TPUConfig.tpu_job_name`, default `worker` or the only job).
       addresses: `host:port` of every task of the job, in task order.
-      target: the session target (`grpc://...`), task 0's unless the user named a master.
+      target: the session target (`grpc://...`): task 0's unless the user named a master; with one process per
+        host, this process's own task.
+      this_host: with one process per host, the host this process is (its task index); None when this process is
+        the one client of every host.
     """
 
     job: str
     addresses: Tuple[str, ...]
     target: str
+    this_host: Optional[int] = None
+
+    @property
+    def process_per_host(self) -> bool:
+        """Whether every host runs the program in a process of its own (between-graph)."""
+        return self.this_host is not None
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this process writes checkpoints, summaries and exports: the client, or host 0's process."""
+        return self.this_host in (None, 0)
 
     @property
     def num_hosts(self) -> int:
@@ -104,6 +125,7 @@ def from_run_config(
     session_config: Optional[tf.compat.v1.ConfigProto],
     tf_config_cluster: Optional[tf.train.ClusterSpec],
     job_name: Optional[str],
+    tf_config_task: Optional[Tuple[str, int]] = None,
 ) -> Optional[Cluster]:
     """The cluster named by a `RunConfig`, or None for a run in this process.
 
@@ -116,24 +138,37 @@ def from_run_config(
       session_config: the user's session config, or None.
       tf_config_cluster: the cluster spec of `TF_CONFIG`, or None.
       job_name: `TPUConfig.tpu_job_name`, or None.
+      tf_config_task: `TF_CONFIG`'s `(task type, index)`, or None. A task of the hosts' job makes this process
+        that host (one process per host); so does a resolver whose `task_type` is the hosts' job.
 
     Raises:
-      ValueError: no job can be chosen, or the job's tasks have no addresses.
+      ValueError: no job can be chosen, the job's tasks have no addresses, or this process's task index is not one
+        of the job's.
     """
-    spec, target = None, None
+    spec, target, task = None, None, None
     if resolver is not None:
         spec = resolver.cluster_spec()
         target = resolver.master() or None
+        if getattr(resolver, "task_type", None) is not None and getattr(resolver, "task_id", None) is not None:
+            task = (resolver.task_type, int(resolver.task_id))
     elif session_config is not None and session_config.HasField("cluster_def"):
         spec = tf.train.ClusterSpec(session_config.cluster_def)
         target = master or None
     elif tf_config_cluster is not None and (job_name or DEFAULT_JOB) in tf_config_cluster.jobs:
         # A TF_CONFIG without the hosts' job (e.g. only a chief) describes no cluster of hosts.
         spec = tf_config_cluster
+        task = tf_config_task
     if spec is None or not spec.jobs:
         return None
     job = _job_of(spec, job_name)
     addresses = _addresses(spec, job)
+    if task is not None and task[0] == job:
+        if not 0 <= task[1] < len(addresses):
+            raise ValueError(
+                "This process is task {} of job {!r}, but the cluster lists {} task(s) of that job: set the task index "
+                "(TF_CONFIG's task.index) to one of 0..{}.".format(task[1], job, len(addresses), len(addresses) - 1)
+            )
+        return Cluster(job=job, addresses=addresses, target=_grpc(addresses[task[1]]), this_host=task[1])
     if not target or not target.startswith(_GRPC):
         target = _grpc(addresses[0])
     return Cluster(job=job, addresses=addresses, target=target)
@@ -145,15 +180,64 @@ def tf_config_cluster_spec() -> Optional[tf.train.ClusterSpec]:
     return tf.train.ClusterSpec(cluster) if cluster else None
 
 
-def session_config(base: tf.compat.v1.ConfigProto) -> tf.compat.v1.ConfigProto:
-    """The client's session config on a cluster: no `cluster_def` (the workers know the cluster), deadlines set."""
+def tf_config_task() -> Optional[Tuple[str, int]]:
+    """`$TF_CONFIG`'s `(task type, task index)`, or None."""
+    task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task") or {}
+    if not task.get("type"):
+        return None
+    return task["type"], int(task.get("index", 0))
+
+
+def collective_group_leader(cluster: Cluster) -> str:
+    """The task that leads the collective group of one process per host: host 0's."""
+    return "/job:{}/replica:0/task:0".format(cluster.job)
+
+
+def session_config(base: tf.compat.v1.ConfigProto, cluster: Optional[Cluster] = None) -> tf.compat.v1.ConfigProto:
+    """The session config on a cluster: no `cluster_def` (the workers know the cluster), deadlines set; with one
+    process per host, the collective group's leader."""
     config = tf.compat.v1.ConfigProto()
     config.CopyFrom(base)
     config.ClearField("cluster_def")
     config.allow_soft_placement = True
     if not config.operation_timeout_in_ms:
         config.operation_timeout_in_ms = DEFAULT_OPERATION_TIMEOUT_MS
+    if cluster is not None and cluster.process_per_host:
+        config.experimental.collective_group_leader = collective_group_leader(cluster)
     return config
+
+
+_host_servers: Dict[Tuple[str, Tuple[str, ...], int], Any] = {}
+
+
+def host_server(cluster: Cluster, num_cpu_devices: int) -> Any:
+    """This process's `tf.distribute.Server` as host `cluster.this_host` (started on first use, one per process).
+
+    Args:
+      cluster: a cluster with one process per host.
+      num_cpu_devices: the logical CPU devices the host offers as shards when it has no GPU.
+
+    Returns:
+      The running server.
+
+    Raises:
+      ClusterError: the server cannot start (e.g. its port is taken), naming the address.
+    """
+    key = (cluster.job, cluster.addresses, cluster.this_host)
+    if key not in _host_servers:
+        config = tf.compat.v1.ConfigProto(device_count={"CPU": max(1, num_cpu_devices)})
+        config.experimental.collective_group_leader = collective_group_leader(cluster)
+        spec = tf.train.ClusterSpec({cluster.job: list(cluster.addresses)})
+        try:
+            _host_servers[key] = tf.distribute.Server(
+                spec, job_name=cluster.job, task_index=cluster.this_host, config=config, start=True
+            )
+        except (tf.errors.OpError, ValueError) as error:
+            raise ClusterError(
+                "Cannot start this process's server as host {} ({}: {}): is the port free, and is the address this "
+                "machine's?".format(cluster.describe(cluster.this_host), type(error).__name__, error)
+            ) from error
+    return _host_servers[key]
 
 
 def _unreachable(cluster: Cluster, error: Exception) -> ClusterError:
@@ -211,10 +295,16 @@ class ShardLayout:
     Attributes:
       devices: the device of every shard (replica), host-major: replica r lives on host `r // per_host`.
       host_devices: the CPU of every host (input pipelines, host work of its shards).
+      built_hosts: the hosts whose replicas this process builds: every host, or with one process per host its own.
     """
 
     devices: Tuple[str, ...]
     host_devices: Tuple[str, ...]
+    built_hosts: Optional[Tuple[int, ...]] = None
+
+    def __post_init__(self):
+        if self.built_hosts is None:
+            object.__setattr__(self, "built_hosts", tuple(range(len(self.host_devices))))
 
     @property
     def num_hosts(self) -> int:
@@ -269,7 +359,8 @@ def cluster_layout(cluster: Cluster, num_shards: int, devices_by_host: Dict[int,
         )
     devices = tuple(devices_by_host[h][j] for h in range(cluster.num_hosts) for j in range(per_host))
     hosts = tuple(cluster.host_device(h) for h in range(cluster.num_hosts))
-    return ShardLayout(devices, hosts)
+    built = (cluster.this_host,) if cluster.process_per_host else None
+    return ShardLayout(devices, hosts, built)
 
 
 def unreachable_hosts(cluster: Cluster, timeout_secs: float = 2.0) -> List[int]:

@@ -4,7 +4,7 @@ from typing import List, Optional, Tuple
 
 from tpu_estimator import _estimator_lib
 from tpu_estimator import devices as devices_lib
-from tpu_estimator.tpu_config import InputPipelineConfig
+from tpu_estimator.tpu_config import InputPipelineConfig, input_pipeline_config_name
 
 ModeKeys = _estimator_lib.ModeKeys
 
@@ -49,8 +49,31 @@ class ShardingContext(object):
 
     @property
     def on_cluster(self) -> bool:
-        """Whether the shards run on the hosts of a cluster (every device is another process's)."""
+        """Whether the shards run on the hosts of a cluster (the devices are tasks' of a `tf.distribute.Server`)."""
         return getattr(self.config, "tpu_cluster", None) is not None
+
+    @property
+    def process_per_host(self) -> bool:
+        """Whether each host runs the program in a process of its own, which builds that host's replicas only."""
+        return self.on_cluster and self.config.tpu_cluster.process_per_host
+
+    @property
+    def built_hosts(self) -> List[int]:
+        """The hosts whose input and replicas this process builds: every host, or with one process per host its
+        own."""
+        return list(self.layout.built_hosts) if self.layout else [0]
+
+    @property
+    def built_replicas(self) -> List[int]:
+        """The replicas this process builds, host-major (global replica ids)."""
+        per_host = self.num_of_replicas_per_host
+        return [h * per_host + j for h in self.built_hosts for j in range(per_host)]
+
+    @property
+    def built_replica_devices(self) -> List[str]:
+        """The devices of `built_replicas`."""
+        devices = self.replica_devices
+        return [devices[r] for r in self.built_replicas]
 
     @property
     def is_running_on_shards(self) -> bool:
@@ -87,14 +110,16 @@ class ShardingContext(object):
 
     @property
     def replica_devices(self) -> List[str]:
+        """The device of every replica (of every host): where table shards live too."""
         if self.layout is None:
             return devices_lib.shard_devices(self.num_replicas)
         return list(self.layout.devices)
 
     @property
     def host_device(self) -> str:
-        """Host 0's CPU: host-side work of the whole step (embedding ids, host calls, eval metrics)."""
-        return self.host_devices[0]
+        """The CPU of the first host this process builds (host 0's, or with one process per host its own): where
+        the host-side work of the step this process builds runs (host calls, eval metrics)."""
+        return self.host_devices[self.built_hosts[0]]
 
     @property
     def host_devices(self) -> List[str]:
@@ -169,6 +194,12 @@ class ShardingContext(object):
                     name, {"train": "train", "eval": "evaluate", "predict": "predict"}[name]
                 )
             )
+        if self.process_per_host and self.input_mode in (InputPipelineConfig.BROADCAST, InputPipelineConfig.SLICED):
+            raise ValueError(
+                "With one process per host, each host reads its own input: per_host_input_for_training (and "
+                "eval_training_input_configuration) must be PER_HOST_V1, PER_HOST_V2 or PER_SHARD_V1, not {} (it "
+                "reads on host 0 for every host).".format(input_pipeline_config_name(self.input_mode))
+            )
         if self.global_batch_size % self.num_replicas != 0 and self.input_mode != InputPipelineConfig.BROADCAST:
             raise ValueError(
                 "{} batch size {} must be divisible by number of replicas {}".format(
@@ -185,10 +216,10 @@ class ShardingContext(object):
         mode = self.input_mode
         hosts = self.host_devices
         if mode == InputPipelineConfig.PER_SHARD_V1:
-            return [(hosts[self.host_of_replica(i)], i, self.num_replicas, 1) for i in range(self.num_replicas)]
+            return [(hosts[self.host_of_replica(i)], i, self.num_replicas, 1) for i in self.built_replicas]
         if mode in (InputPipelineConfig.BROADCAST, InputPipelineConfig.SLICED):
             return [(hosts[0], 0, 1, self.num_replicas)]
-        return [(hosts[h], h, self.num_hosts, self.num_of_replicas_per_host) for h in range(self.num_hosts)]
+        return [(hosts[h], h, self.num_hosts, self.num_of_replicas_per_host) for h in self.built_hosts]
 
 
 class TPUContext(object):

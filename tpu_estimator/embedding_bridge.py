@@ -90,15 +90,16 @@ class EmbeddingBridge(object):
 
     Args:
       spec: the `EmbeddingConfigSpec`.
-      num_replicas: number of replicas (and table shards).
-      devices: the replica devices (table shard k lives on device k).
+      shard_devices: the device of every replica of every host (table shard k lives on device k).
       mode: a `ModeKeys` value; only TRAIN creates optimizer slots and updates tables.
       replica_batch_size: the per-replica batch size (`params['batch_size']` of `model_fn`).
-      host_device: where ids are joined and deduplicated, activations split and updates computed.
-      python_ops: whether the host stage may call this process's Python (`tf.numpy_function`); False when
-        `host_device` is another process's (a cluster's host).
-      host_devices: on a cluster, the CPU of every host (host 0's is `host_device`); replicas are host-major.
-        Each host then does the host stage of its own replicas. None: one host.
+      host_devices: the CPU of every host this process builds (one on one host, every host of a cluster's client,
+        its own with one process per host): each does the host stage of its replicas (ids joined and deduplicated,
+        activations split, gradients joined).
+      replicas_per_host: how many replicas each host has; the step's replicas are those of `host_devices`,
+        host-major.
+      python_ops: whether the host stage may call this process's Python (`tf.numpy_function`); False when a host
+        device is another process's (a cluster's client).
 
     Raises:
       ValueError: invalid spec contents.
@@ -107,24 +108,24 @@ class EmbeddingBridge(object):
     def __init__(
         self,
         spec: EmbeddingConfigSpec,
-        num_replicas: int,
-        devices: List[str],
+        shard_devices: List[str],
         mode: str,
         replica_batch_size: int,
-        host_device: str,
+        host_devices: List[str],
+        replicas_per_host: int,
         python_ops: bool = True,
-        host_devices: Optional[List[str]] = None,
     ):
         self._spec = spec
-        self._host_device = host_device
-        host_devices = list(host_devices) if host_devices else [host_device]
-        per_host = num_replicas // len(host_devices)
-        # (CPU, replicas) of every host.
-        self._hosts = [(d, list(range(h * per_host, (h + 1) * per_host))) for h, d in enumerate(host_devices)]
+        # Where the step's host-side scalars live (the gradient multiplier): the first host's CPU.
+        self._host_device = host_devices[0]
+        # (CPU, its replicas' positions in the step) of every host.
+        self._hosts = [
+            (device, list(range(h * replicas_per_host, (h + 1) * replicas_per_host)))
+            for h, device in enumerate(host_devices)
+        ]
         self._python_ops = python_ops
         self._replica_batch_size = replica_batch_size
         self._resolved = resolve_embedding_config(spec)
-        self._num_replicas = num_replicas
         self._training = mode == ModeKeys.TRAIN
         feature_config = self._resolved.feature_config
         if not self._training:
@@ -142,8 +143,8 @@ class EmbeddingBridge(object):
         with tf.compat.v1.variable_scope("tpu_embedding", reuse=tf.compat.v1.AUTO_REUSE):
             self.engine = embedding.EmbeddingEngine(
                 feature_config,
-                num_shards=num_replicas,
-                devices=devices,
+                num_shards=len(shard_devices),
+                devices=shard_devices,
                 partition_strategy=spec.partition_strategy,
                 register_in_graph=False,
             )

@@ -30,6 +30,7 @@ import tensorflow as tf
 from tpu_estimator import _estimator_lib, _tf_internal, sharded_step
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
+from tpu_estimator.collectives import HostCollectives
 from tpu_estimator.context import ShardingContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge
 from tpu_estimator.spec import call_scaffold_fn
@@ -67,7 +68,8 @@ class EvalLoop(object):
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
         """Calls `input_fn`, builds the loop, and returns its `EstimatorSpec` (loss, metric ops, hooks, scaffold)."""
         ctx = self._ctx
-        bridge = sharded_step.embedding_bridge(self._settings, ctx)
+        collectives = sharded_step.host_collectives(ctx)
+        bridge = sharded_step.embedding_bridge(self._settings, ctx, collectives)
         feed = StepFeed.for_evaluation(call_input_fn, self._settings, ctx, bridge)
         with tf.device(ctx.host_device):
             steps_read = tf.compat.v1.Variable(
@@ -81,7 +83,7 @@ class EvalLoop(object):
         initial = [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)]
 
         def step(step_counter, total_loss):
-            return self._step(feed, bridge, steps_read, step_counter, total_loss)
+            return self._step(feed, bridge, collectives, steps_read, step_counter, total_loss)
 
         (steps, total_loss), traced = sharded_step.traced_loop(step, initial, iterations, "evaluation_loop")
         if bridge is not None:
@@ -112,13 +114,18 @@ class EvalLoop(object):
         self,
         feed: StepFeed,
         bridge: Optional[EmbeddingBridge],
+        collectives: Optional[HostCollectives],
         steps_read: tf.Variable,
         step: tf.Tensor,
         total_loss: tf.Tensor,
     ) -> Tuple[List[tf.Tensor], "TracedEvalStep"]:
-        """One evaluation step, the loop body: `([step + 1, total_loss + replica 0's loss], what it traced)`."""
+        """One evaluation step, the loop body: `([step + 1, total_loss + replica 0's loss], what it traced)`.
+
+        With one process per host, replica 0 is host 0's: its loss is gathered from the hosts, and every host's
+        metric function sees every host's rows (gathered in host order, the replicas' order).
+        """
         per_replica = feed.read().per_replica
-        specs = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, bridge).specs
+        specs = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, bridge, collectives).specs
         spec = specs[0]
         if spec.loss is None:
             raise ValueError("model_fn must return loss in EVAL mode.")
@@ -127,20 +134,29 @@ class EvalLoop(object):
             side_effects = [steps_read.assign_add(1)]
         metric_inputs = None
         if spec.eval_metrics is not None:
-            metric_inputs, updates = self._metric_updates([s.eval_metrics for s in specs])
+            metric_inputs, updates = self._metric_updates([s.eval_metrics for s in specs], collectives)
             side_effects.extend(updates)
+        loss = tf.cast(spec.loss, tf.float32)
+        if collectives is not None:
+            with tf.device(self._ctx.host_device):
+                loss = collectives.all_gather(tf.reshape(loss, [1]))[0]
         with tf.control_dependencies(side_effects):
-            loss = tf.identity(tf.cast(spec.loss, tf.float32))
+            loss = tf.identity(loss)
         return [step + 1, total_loss + loss], TracedEvalStep(spec, metric_inputs)
 
-    def _metric_updates(self, per_replica_metrics) -> Tuple[List[tf.Tensor], List[Any]]:
-        """In the loop body: `eval_metrics`' function on every replica's rows.
+    def _metric_updates(
+        self, per_replica_metrics, collectives: Optional[HostCollectives]
+    ) -> Tuple[List[tf.Tensor], List[Any]]:
+        """In the loop body: `eval_metrics`' function on every replica's rows (of every host).
 
         Returns:
           `(the function's inputs: every replica's tensors concatenated on the host, its update ops)`.
         """
         host = self._ctx.host_device
         metric_inputs = host_calls_lib.concat_over_replicas("eval_metrics", per_replica_metrics, host)
+        if collectives is not None:
+            with tf.device(host):
+                metric_inputs = [collectives.all_gather(t) for t in metric_inputs]
         with tf.device(host), self._metric_variables.creating():
             metric_fn_call = per_replica_metrics[0]
             metrics = host_calls_lib.call(metric_fn_call, host_calls_lib.pack_tensors(metric_fn_call, metric_inputs))

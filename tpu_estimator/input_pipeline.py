@@ -304,7 +304,7 @@ class _PerHostV2Reader(object):
     """
 
     def __init__(self, sources: List["_Source"], ctx: ShardingContext):
-        self._sources = sources  # one per host
+        self._sources = sources  # one per host this process builds
         self._ctx = ctx
 
     def read(self) -> StepInput:
@@ -314,9 +314,9 @@ class _PerHostV2Reader(object):
         per_replica, elements, has_values = [], [], []
         previous = None
         raise_end = None
-        for replica in range(ctx.num_replicas):
+        for replica in ctx.built_replicas:
             host = ctx.host_of_replica(replica)
-            source = self._sources[host]
+            source = self._sources[ctx.built_hosts.index(host)]
             if replica % ctx.num_of_replicas_per_host == 0:
                 previous = None  # each host reads its own dataset
             with tf.control_dependencies([previous] if chained and previous is not None else []):
@@ -341,7 +341,7 @@ class _PerHostV2Reader(object):
             guard = tf.cond(any_value, lambda: tf.constant(True), raise_end)
         padded, masks = [], []
         with tf.control_dependencies([guard]):
-            for replica, (structure, has_value) in enumerate(zip(per_replica, has_values)):
+            for replica, structure, has_value in zip(ctx.built_replicas, per_replica, has_values):
                 host_device = ctx.host_devices[ctx.host_of_replica(replica)]
                 structure, mask = _pad(structure, ctx.global_batch_size // ctx.num_replicas, host_device)
                 padded.append(structure)
@@ -372,7 +372,8 @@ class _HostBatchReader(object):
         broadcast: bool,
         whole_host_keys: Sequence[str] = (),
     ):
-        self._sources = sources  # PER_HOST_V1: one per host, each split over its host's replicas
+        # PER_HOST_V1: one per host this process builds, each split over its host's replicas; else one on host 0.
+        self._sources = sources
         self._ctx = ctx
         self._batch_axis = batch_axis
         self._broadcast = broadcast
@@ -380,12 +381,13 @@ class _HostBatchReader(object):
         self._whole_host_keys = frozenset(whole_host_keys) if batch_axis is None else frozenset()
 
     def read(self) -> StepInput:
-        if len(self._sources) == 1:
-            return self._read_host(self._sources[0], self._ctx.num_replicas, self._ctx.global_batch_size, 0)
+        ctx = self._ctx
+        if ctx.input_mode != InputPipelineConfig.PER_HOST_V1:
+            return self._read_host(self._sources[0], ctx.num_replicas, ctx.global_batch_size, 0)
         per_replica, masks = [], []
-        per_host = self._ctx.num_of_replicas_per_host
-        host_batch = None if self._ctx.global_batch_size is None else self._ctx.global_batch_size // len(self._sources)
-        for host, source in enumerate(self._sources):
+        per_host = ctx.num_of_replicas_per_host
+        host_batch = None if ctx.global_batch_size is None else ctx.global_batch_size // ctx.num_hosts
+        for host, source in zip(ctx.built_hosts, self._sources):
             step = self._read_host(source, per_host, host_batch, host)
             per_replica += step.per_replica
             masks += step.padding_masks or []

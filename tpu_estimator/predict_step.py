@@ -39,10 +39,14 @@ class PredictStep(object):
         Raises:
           ValueError: no predictions, or predictions without a batch dimension.
         """
-        bridge = sharded_step.embedding_bridge(self._settings, self._ctx)
+        collectives = sharded_step.host_collectives(self._ctx)
+        bridge = sharded_step.embedding_bridge(self._settings, self._ctx, collectives)
         feed = StepFeed.for_prediction(call_input_fn, self._settings, self._ctx, bridge)
         inputs = feed.read()
-        specs = sharded_step.replicate_model_fn(self._settings, self._ctx, inputs.per_replica, bridge).specs
+        # With one process per host, each host predicts its own rows.
+        specs = sharded_step.replicate_model_fn(
+            self._settings, self._ctx, inputs.per_replica, bridge, collectives
+        ).specs
         if bridge is not None:
             bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
         spec = specs[0]

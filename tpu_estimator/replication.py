@@ -239,6 +239,41 @@ class ThreadedCoordinator(ReplicaCoordinator):
         return optimizer
 
 
+class CollectiveCoordinator(ReplicaCoordinator):
+    """One host's replicas in a cluster of one process per host: its own replicas reduce as `inner` builds them,
+    then each host's sum is summed across the hosts by a collective op, so every replica of every host gets the sum
+    over all replicas. Updates are the inner coordinator's: every host applies the same sums to its own copy of the
+    dense variables (mirrored), so no host is a hub.
+
+    Args:
+      inner: the coordinator of this host's replicas (`stamping.StampingCoordinator`).
+      collectives: this host's `collectives.HostCollectives`.
+    """
+
+    def __init__(self, inner: ReplicaCoordinator, collectives: Any):
+        self._inner = inner
+        self._collectives = collectives
+        self.devices = inner.devices
+        self.num_replicas = inner.num_replicas
+
+    def reduce(self, replica_id: int, value: Any, merge_fn: Callable[[List[Any]], List[Any]]) -> Any:
+        def merge_across_hosts(values: List[Any]) -> List[Any]:
+            host_sums = merge_fn(values)
+            totals = {}
+            for host_sum in host_sums:
+                if host_sum.ref() not in totals:
+                    totals[host_sum.ref()] = self._collectives.all_sum(host_sum)
+            return [totals[host_sum.ref()] for host_sum in host_sums]
+
+        return self._inner.reduce(replica_id, value, merge_across_hosts)
+
+    def build_update(self, build: Callable[[], Any], optimizer: Any) -> Any:
+        return self._inner.build_update(build, optimizer)
+
+    def skip_update(self, replica_id: int) -> Any:
+        return self._inner.skip_update(replica_id)
+
+
 def _replica_collections(base: dict, replica_id: int) -> dict:
     """A copy of the graph collections for one replica (replicas > 0 get a fresh variable store)."""
     collections = {key: list(value) for key, value in base.items()}
@@ -444,6 +479,12 @@ def all_reduce_sum(value: tf.Tensor, group_assignment=None, name: Optional[str] 
     if context is None:
         return tf.identity(value, name=name)
     coordinator = context.coordinator
+    if group_assignment is not None and context.num_replicas != len(coordinator.devices):
+        raise ValueError(
+            "cross_replica_sum with a group_assignment ({}) is not supported with one process per host: this process "
+            "builds {} of the {} replicas. Sum over all replicas (group_assignment=None), or run the hosts from one "
+            "client (docs/DISTRIBUTED.md).".format(group_assignment, len(coordinator.devices), context.num_replicas)
+        )
 
     def merge(values):
         for i, v in enumerate(values):

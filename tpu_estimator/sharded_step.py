@@ -11,6 +11,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib, _tf_internal, replication, stamping
+from tpu_estimator.collectives import HostCollectives
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge, TappedGradients
 from tpu_estimator.embedding_spec import EmbeddingConfigSpec
@@ -53,32 +54,59 @@ class Replicas(NamedTuple):
     tapped_gradients: Optional[TappedGradients] = None
 
 
-def embedding_bridge(settings: ShardedSettings, ctx: ShardingContext) -> Optional[EmbeddingBridge]:
-    """The bridge to the embedding engine for this mode, or None without an `EmbeddingConfigSpec`."""
+def host_collectives(ctx: ShardingContext) -> Optional[HostCollectives]:
+    """With one process per host, this host's collectives with the others (for one graph); otherwise None."""
+    if not ctx.process_per_host:
+        return None
+    host = ctx.built_hosts[0]
+    timeout_ms = ctx.config.session_config.operation_timeout_in_ms
+    return HostCollectives(ctx.num_hosts, host, ctx.host_devices[host], timeout_ms / 1000.0)
+
+
+def embedding_bridge(
+    settings: ShardedSettings, ctx: ShardingContext, collectives: Optional[HostCollectives] = None
+) -> Optional[EmbeddingBridge]:
+    """The bridge to the embedding engine for this mode, or None without an `EmbeddingConfigSpec`.
+
+    Raises:
+      ValueError: embeddings with one process per host (`collectives` given), which is not built yet.
+    """
     if settings.embedding_config_spec is None:
         return None
+    if collectives is not None:
+        raise ValueError(
+            "An EmbeddingConfigSpec with one process per host is not supported yet: its tables are sharded over "
+            "every host, and their lookups and updates need an exchange between the hosts outside the step's "
+            "collective ops. Run the hosts from one client instead (tpu-estimator-server on each host, the program "
+            "once, with RunConfig(cluster=...): docs/DISTRIBUTED.md)."
+        )
     return EmbeddingBridge(
         settings.embedding_config_spec,
-        ctx.num_replicas,
         ctx.replica_devices,
         ctx.mode,
         ctx.batch_size_for_model_fn,
-        ctx.host_device,
+        [ctx.host_devices[h] for h in ctx.built_hosts],
+        ctx.num_of_replicas_per_host,
+        # A cluster's client cannot run Python on the hosts' devices.
         python_ops=not ctx.on_cluster,
-        host_devices=ctx.host_devices if ctx.on_cluster else None,
     )
 
 
 def replicate_model_fn(
-    settings: ShardedSettings, ctx: ShardingContext, per_replica: List[Any], bridge: Optional[EmbeddingBridge]
+    settings: ShardedSettings,
+    ctx: ShardingContext,
+    per_replica: List[Any],
+    bridge: Optional[EmbeddingBridge],
+    collectives: Optional[HostCollectives] = None,
 ) -> Replicas:
     """Builds `model_fn` for every replica, on its device, on that replica's `(features, labels)`.
 
     On one host, `model_fn` is called once, as a TPU traces it once: replica 0 is built and the other replicas
-    are copies of its ops (`stamping.py`). On a cluster, `model_fn` is called once per replica
-    (`replication.build_replicas`), so that each host reads a variable once per step. In TRAIN the embedding
-    activations pass through the bridge's gradient tap. With `xla_compile_shards`, the replicas' ops are marked
-    for XLA compilation.
+    are copies of its ops (`stamping.py`). With one process per host (`collectives` given), the same for this host's
+    replicas, and every reduction is summed across the hosts by a collective op. From a cluster's one client,
+    `model_fn` is called once per replica (`replication.build_replicas`), so that each host reads a variable once per
+    step. In TRAIN the embedding activations pass through the bridge's gradient tap. With `xla_compile_shards`, the
+    replicas' ops are marked for XLA compilation.
     """
     mode = ctx.mode
     tapped = bridge.new_tap() if bridge is not None else None
@@ -96,7 +124,9 @@ def replicate_model_fn(
 
     graph = tf.compat.v1.get_default_graph()
     first_op = len(graph.get_operations())
-    if ctx.num_replicas > 1 and not ctx.on_cluster:
+    if collectives is not None:
+        replicas = _stamped_replicas(replica_fn, ctx.built_replica_devices, per_replica, tapped, collectives)
+    elif ctx.num_replicas > 1 and not ctx.on_cluster:
         replicas = _stamped_replicas(replica_fn, ctx.replica_devices, per_replica, tapped)
     else:
         built = replication.build_replicas(replica_fn, ctx.replica_devices)
@@ -115,9 +145,10 @@ def _stamped_replicas(
     devices: Sequence[str],
     per_replica: List[Any],
     tapped: Optional[TappedGradients],
+    collectives: Optional[HostCollectives] = None,
 ) -> Replicas:
     """`model_fn` traced once on replica 0; each other replica's spec and tapped gradients are copies of its own."""
-    stamped = stamping.stamp_replicas(replica_fn, devices, per_replica)
+    stamped = stamping.stamp_replicas(replica_fn, devices, per_replica, collectives)
     spec = stamped.output
     fields = {name: getattr(spec, name) for name in _PER_REPLICA_FIELDS if getattr(spec, name, None) is not None}
     taps = tapped.of_replica(0) if tapped is not None else {}

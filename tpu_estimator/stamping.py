@@ -18,7 +18,7 @@ when a replica's outputs depend on it, as when each replica was built by its own
 ops get another op seed on each replica, so the replicas draw different numbers (dropout masks).
 """
 
-from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2
@@ -335,7 +335,12 @@ class StampedBuild(NamedTuple):
     to_replica: Callable[[int, Any], Any]
 
 
-def stamp_replicas(fn: Callable[[int], Any], devices: Sequence[str], replica_inputs: Sequence[Any]) -> StampedBuild:
+def stamp_replicas(
+    fn: Callable[[int], Any],
+    devices: Sequence[str],
+    replica_inputs: Sequence[Any],
+    across_hosts: Optional[Any] = None,
+) -> StampedBuild:
     """Builds `fn(0)` once, on `devices[0]`, and copies what the other replicas need onto their devices.
 
     Args:
@@ -344,6 +349,9 @@ def stamp_replicas(fn: Callable[[int], Any], devices: Sequence[str], replica_inp
       devices: one device per replica, all in this process.
       replica_inputs: per replica, the tensors `fn` reads as its inputs (the same structure for every replica):
         a copy reads its replica's own where replica 0's read `replica_inputs[0]`.
+      across_hosts: with one process per host, this host's `collectives.HostCollectives`: `devices` are this host's
+        replicas, each reduction is then summed across the hosts (`replication.CollectiveCoordinator`) and the
+        replica context counts every host's replicas. None: `devices` are every replica.
 
     Returns:
       A `StampedBuild`.
@@ -354,7 +362,11 @@ def stamp_replicas(fn: Callable[[int], Any], devices: Sequence[str], replica_inp
     """
     graph = tf.compat.v1.get_default_graph()
     stamper = StampingCoordinator(graph, devices, replica_inputs)
-    context = ReplicaContext(0, len(devices), devices[0], stamper)
+    if across_hosts is None:
+        context = ReplicaContext(0, len(devices), devices[0], stamper)
+    else:
+        coordinator = replication.CollectiveCoordinator(stamper, across_hosts)
+        context = ReplicaContext(0, len(devices) * across_hosts.num_hosts, devices[0], coordinator)
     with replication.building_replica(context):
         stamper.replica_scope_depth = _tf_internal.graph_device_scope_depth(graph)
         output = fn(0)

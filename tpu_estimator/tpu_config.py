@@ -5,10 +5,11 @@ visible, so that shards are real TensorFlow devices without the user touching `s
 """
 
 import collections
+import contextlib
 import json
 import os
 import re
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -194,6 +195,31 @@ def _tpu_job_name_from_tf_config() -> Optional[str]:
     return tf_config.get("service", {}).get("tpu_worker_job_name")
 
 
+def _is_host_process_tf_config(job_name: Optional[str]) -> bool:
+    """Whether `TF_CONFIG` makes this process one of the hosts: its task is of the hosts' job and the cluster has no
+    `chief` (the layout of TensorFlow's multi-worker training, where worker 0 is the chief)."""
+    spec, task = cluster_lib.tf_config_cluster_spec(), cluster_lib.tf_config_task()
+    if spec is None or task is None or "chief" in spec.jobs:
+        return False
+    return task[0] == (job_name or cluster_lib.DEFAULT_JOB)
+
+
+@contextlib.contextmanager
+def _tf_config_hidden() -> Iterator[None]:
+    """`TF_CONFIG` unset within, restored after: the one process-wide patch of our `RunConfig`.
+
+    The Estimator's `RunConfig` wants a `chief` task in a `TF_CONFIG` cluster; a cluster of hosts that each run the
+    program has none (worker 0 is the chief), so the base class is built without it and the hosts' fields are set
+    from the cluster afterwards.
+    """
+    saved = os.environ.pop("TF_CONFIG", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["TF_CONFIG"] = saved
+
+
 class RunConfig(_estimator_lib.BaseRunConfig):
     """`tf.estimator.RunConfig` with a `TPUConfig`; arranges one session device per shard.
 
@@ -215,7 +241,10 @@ class RunConfig(_estimator_lib.BaseRunConfig):
     def __init__(
         self, tpu_config=None, evaluation_master=None, master=None, cluster=None, xla_compile_shards=False, **kwargs
     ):
-        super(RunConfig, self).__init__(**kwargs)
+        job_name = (tpu_config or TPUConfig()).tpu_job_name
+        host_process = cluster is None and master is None and _is_host_process_tf_config(job_name)
+        with _tf_config_hidden() if host_process else contextlib.nullcontext():
+            super(RunConfig, self).__init__(**kwargs)
         self._xla_compile_shards = bool(xla_compile_shards)
         self._tpu_config = tpu_config or TPUConfig()
         self._cluster = cluster
@@ -243,13 +272,28 @@ class RunConfig(_estimator_lib.BaseRunConfig):
             kwargs.get("session_config"),
             cluster_lib.tf_config_cluster_spec() if cluster is None else None,
             self._tpu_config.tpu_job_name,
+            cluster_lib.tf_config_task() if cluster is None else None,
         )
         self._shard_layouts = {}
         if self._tpu_cluster is not None:
-            # The client talks to the cluster through task 0's master service (see cluster.py).
+            # The client talks to the cluster through task 0's master service, a host's process through its own
+            # (see cluster.py).
             self._master = self._tpu_cluster.target
             if evaluation_master is None:
                 self._evaluation_master = self._tpu_cluster.target
+            if self._tpu_cluster.process_per_host:
+                self._set_host_process_fields(self._tpu_cluster)
+
+    def _set_host_process_fields(self, cluster: cluster_lib.Cluster) -> None:
+        """This process is host `cluster.this_host`: its task, chief-ness (host 0), and its server, started now."""
+        self._cluster_spec = tf.train.ClusterSpec({cluster.job: list(cluster.addresses)})
+        self._task_type = cluster.job
+        self._task_id = cluster.this_host
+        self._is_chief = cluster.is_chief
+        self._num_worker_replicas = cluster.num_hosts
+        self._global_id_in_cluster = cluster.this_host
+        configured = devices_lib.configured_num_shards(self._tpu_config.num_shards)
+        cluster_lib.host_server(cluster, (configured or cluster.num_hosts) // cluster.num_hosts)
 
     def _maybe_overwrite_session_config_for_distributed_training(self):
         # Shards run in-graph: no device filters (as upstream).
@@ -315,7 +359,7 @@ class RunConfig(_estimator_lib.BaseRunConfig):
         if base is None:
             base = _estimator_lib.get_default_session_config()
         if self.tpu_cluster is not None:
-            return cluster_lib.session_config(base)
+            return cluster_lib.session_config(base, self.tpu_cluster)
         return devices_lib.session_config_for_shards(base, self.num_shards)
 
     def replace(self, **kwargs):

@@ -1,7 +1,9 @@
 """`TPUEstimator`: dispatches each mode to upstream's CPU path or to the shards."""
 
 import enum
-from typing import Any, Callable
+import os
+import tempfile
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -140,6 +142,7 @@ class TPUEstimator(_estimator_lib.Estimator):
         self._embedding_config_spec = embedding_config_spec
         self._train_hooks_save_checkpoints = False  # train()'s hooks include a CheckpointSaverHook (set per call).
         self._is_input_fn_invoked = None
+        self._host_eval_root = None  # with one process per host, a non-chief host's evaluation summaries
         self._iterations_per_training_loop = parse_iterations_per_loop(config.tpu_config.iterations_per_loop)
         self._log_every_n_steps = config.log_step_count_steps
         self._log_every_n_secs = None
@@ -186,8 +189,10 @@ class TPUEstimator(_estimator_lib.Estimator):
         ):
             if guarded.already_done:
                 return self
-            if self._config.tpu_cluster is not None:
-                cluster_lib.check_model_dir(self._config.tpu_cluster, self._model_dir, self._config.session_config)
+            cluster = self._config.tpu_cluster
+            if cluster is not None and cluster.is_chief:
+                # With one process per host, the chief checks for every host (the hosts' own checks would race).
+                cluster_lib.check_model_dir(cluster, self._model_dir, self._config.session_config)
             self._train_hooks_save_checkpoints = any(
                 isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks or ()
             )
@@ -204,6 +209,16 @@ class TPUEstimator(_estimator_lib.Estimator):
             yield from super(TPUEstimator, self).predict(
                 input_fn, predict_keys, hooks, checkpoint_path, yield_single_examples
             )
+
+    def eval_dir(self, name: Optional[str] = None) -> str:
+        """Where `evaluate` writes its summaries: `model_dir/eval[_name]`, or with one process per host, on a host
+        other than the chief (which writes them into `model_dir`), a directory of that process's own."""
+        cluster = self._config.tpu_cluster
+        if cluster is None or cluster.is_chief:
+            return super(TPUEstimator, self).eval_dir(name)
+        if self._host_eval_root is None:
+            self._host_eval_root = tempfile.mkdtemp(prefix="tpu_estimator_host{}_eval_".format(cluster.this_host))
+        return os.path.join(self._host_eval_root, "eval" if not name else "eval_" + name)
 
     def _call_input_fn(self, input_fn, mode, input_context=None):
         """Calls `input_fn` on the CPU path; on shards returns it deferred, to be called inside `model_fn`."""
@@ -323,7 +338,8 @@ class TPUEstimator(_estimator_lib.Estimator):
         return hooks_lib.ProgressSettings(
             every_n_steps=self._log_every_n_steps,
             every_n_secs=self._log_every_n_secs,
-            output_dir=self.model_dir if self._config.save_summary_steps else None,
+            # Only the chief writes summaries (one process per host: host 0).
+            output_dir=self.model_dir if self._config.save_summary_steps and self._config.is_chief else None,
         )
 
     def _add_meta_graph_for_mode(

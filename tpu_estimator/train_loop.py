@@ -23,9 +23,10 @@ from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, sharded_step
+from tpu_estimator import _estimator_lib, _tf_internal, mirrored_variables, sharded_step
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
+from tpu_estimator.collectives import HostCollectives
 from tpu_estimator.context import ShardingContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge
 from tpu_estimator.estimator_core import checkpoint_saver
@@ -85,9 +86,10 @@ class TrainLoop(object):
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
         """Calls `input_fn`, builds the loop, and returns its `EstimatorSpec` (train op, loss, hooks, scaffold)."""
-        bridge = sharded_step.embedding_bridge(self._settings, self._ctx)
+        collectives = sharded_step.host_collectives(self._ctx)
+        bridge = sharded_step.embedding_bridge(self._settings, self._ctx, collectives)
         feed = StepFeed.for_training(call_input_fn, self._settings, self._ctx, bridge)
-        traced = self._build_loop(feed, bridge)
+        traced = self._build_loop(feed, bridge, collectives)
         if bridge is not None:
             # Outside the loop: registration builds initialisation checks that must not live in the loop frame.
             bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
@@ -98,6 +100,8 @@ class TrainLoop(object):
         hooks.extend(self._progress_hooks(traced.loss))
         hooks.append(hooks_lib.InstallSignalHandlerHook())
         scaffold = call_scaffold_fn(getattr(spec, "scaffold_fn", None))
+        if collectives is not None:
+            scaffold = mirrored_variables.mirror_from_chief(tf.compat.v1.get_default_graph(), collectives, scaffold)
         return _estimator_lib.EstimatorSpec(
             mode=ModeKeys.TRAIN,
             loss=traced.loss,
@@ -127,7 +131,9 @@ class TrainLoop(object):
 
     # ---- the loop ---------------------------------------------------------------------------------------------
 
-    def _build_loop(self, feed: StepFeed, bridge: Optional[EmbeddingBridge]) -> TracedTrainLoop:
+    def _build_loop(
+        self, feed: StepFeed, bridge: Optional[EmbeddingBridge], collectives: Optional[HostCollectives]
+    ) -> TracedTrainLoop:
         """The while loop of one `Session.run`; its loss is the last step's (after every step's updates)."""
         ipl = self._loop_settings.iterations_per_loop
         iterations = hooks_lib.iterations_per_loop_tensor(ipl.value if ipl.unit == "count" else 1)
@@ -139,7 +145,7 @@ class TrainLoop(object):
             invariants += bridge.pending_shape_invariants()
 
         def step(step_counter, unused_loss, *pending):
-            return self._step(feed, bridge, step_counter, list(pending))
+            return self._step(feed, bridge, collectives, step_counter, list(pending))
 
         outputs, replica0_spec = sharded_step.traced_loop(
             step, initial, iterations, "training_loop", shape_invariants=invariants
@@ -154,13 +160,18 @@ class TrainLoop(object):
         return TracedTrainLoop(loss, replica0_spec)
 
     def _step(
-        self, feed: StepFeed, bridge: Optional[EmbeddingBridge], step: tf.Tensor, pending: List[tf.Tensor]
+        self,
+        feed: StepFeed,
+        bridge: Optional[EmbeddingBridge],
+        collectives: Optional[HostCollectives],
+        step: tf.Tensor,
+        pending: List[tf.Tensor],
     ) -> Tuple[List[tf.Tensor], Any]:
         """One training step, the loop body: `([step + 1, loss] + pending embedding update, replica 0's spec)`."""
         graph = tf.compat.v1.get_default_graph()
         first_op = len(graph.get_operations())
         inputs = feed.read()
-        replicas = self._replicate_model_fn(inputs.per_replica, bridge)
+        replicas = self._replicate_model_fn(inputs.per_replica, bridge, collectives)
         step_ops = graph.get_operations()[first_op:]
         spec = replicas.specs[0]
         side_effects = [spec.train_op]
@@ -173,14 +184,16 @@ class TrainLoop(object):
 
     # ---- the stages of one step ------------------------------------------------------------------------------
 
-    def _replicate_model_fn(self, per_replica: List[Any], bridge: Optional[EmbeddingBridge]) -> sharded_step.Replicas:
+    def _replicate_model_fn(
+        self, per_replica: List[Any], bridge: Optional[EmbeddingBridge], collectives: Optional[HostCollectives]
+    ) -> sharded_step.Replicas:
         """`model_fn` on every replica; checks that replica 0 returned a loss and a train op.
 
         Raises:
           ValueError: several replicas but no cross-replica reduction (no `CrossShardOptimizer`), or no
             loss/train_op.
         """
-        replicas = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, bridge)
+        replicas = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, bridge, collectives)
         if self._ctx.num_replicas > 1 and replicas.num_reductions == 0:
             raise ValueError("CrossShardOptimizer must be used for model training on TPUs.")
         spec = replicas.specs[0]

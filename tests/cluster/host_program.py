@@ -1,0 +1,112 @@
+"""A TPUEstimator program the tests run on 1 host and on N hosts (one process per host, `tpu-estimator-hosts`).
+
+    python tests/cluster/host_program.py MODEL_DIR NUM_SHARDS STEPS [SLEEP_PER_STEP_SECS]
+
+The same file runs everywhere: under `TF_CONFIG` (set by `tpu_estimator.app.hosts`) it is one host of a job. It
+trains a dense model (Adam, two layers, cross-replica mean) for STEPS steps, evaluates 2 steps and predicts 32 rows,
+then writes what this host saw to MODEL_DIR/result_host<i>.json: the evaluation metrics and the predictions by row id.
+Each host reads its block of every global batch (PER_HOST_V2), as replicas are host-major.
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import tpu_estimator as te
+
+RNG = np.random.RandomState(3)
+ROWS = 256
+X = RNG.randn(ROWS, 5).astype(np.float32)
+Y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(np.float32)
+IDS = np.arange(ROWS, dtype=np.int64)
+GLOBAL_BATCH = 16
+PREDICT_BATCH = 8
+
+
+def _host_block(dataset, global_batch, params):
+    """This host's block of every global batch, in batches of `params['batch_size']`."""
+    context = params["context"]
+    hosts, host = context.num_hosts, context.current_host
+    block = global_batch // hosts
+    dataset = dataset.batch(global_batch, drop_remainder=True)
+    dataset = dataset.map(lambda *t: tf.nest.map_structure(lambda v: v[host * block : (host + 1) * block], t))
+    return dataset.unbatch().batch(params["batch_size"], drop_remainder=True)
+
+
+def input_fn(params):
+    dataset = tf.data.Dataset.from_tensor_slices(({"x": X, "id": IDS}, Y)).repeat()
+    return _host_block(dataset, GLOBAL_BATCH, params)
+
+
+def predict_input_fn(params):
+    dataset = tf.data.Dataset.from_tensor_slices({"x": X[:32], "id": IDS[:32]})
+    return _host_block(dataset, PREDICT_BATCH, params).map(lambda *t: t[0])
+
+
+class SleepHook(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, secs):
+        self._secs = secs
+
+    def after_run(self, run_context, run_values):
+        time.sleep(self._secs)
+
+
+def model_fn(features, labels, mode, params):
+    hidden = tf.compat.v1.layers.dense(
+        features["x"], 8, activation=tf.nn.tanh, kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1)
+    )
+    logits = tf.squeeze(
+        tf.compat.v1.layers.dense(hidden, 1, kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2)), 1
+    )
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return te.TPUEstimatorSpec(mode, predictions={"id": features["id"], "logit": logits})
+    loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
+    if mode == tf.estimator.ModeKeys.EVAL:
+        metric_fn = lambda labels, logits: {
+            "accuracy": tf.compat.v1.metrics.accuracy(labels, tf.cast(logits > 0, tf.float32)),
+            "mean_logit": tf.compat.v1.metrics.mean(logits),
+        }
+        return te.TPUEstimatorSpec(mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
+    optimizer = te.CrossShardOptimizer(tf.compat.v1.train.AdamOptimizer(0.05))
+    train_op = optimizer.minimize(loss, tf.compat.v1.train.get_global_step())
+    hooks = [SleepHook(params["sleep"])] if params["sleep"] else []
+    return te.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=hooks)
+
+
+def main(argv):
+    model_dir, num_shards, steps = argv[1], int(argv[2]), int(argv[3])
+    sleep = float(argv[4]) if len(argv) > 4 else 0.0
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    config = te.RunConfig(
+        model_dir=model_dir,
+        save_checkpoints_steps=2,
+        tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=num_shards),
+    )
+    estimator = te.TPUEstimator(
+        model_fn=model_fn,
+        config=config,
+        params={"sleep": sleep},
+        train_batch_size=GLOBAL_BATCH,
+        eval_batch_size=GLOBAL_BATCH,
+        predict_batch_size=PREDICT_BATCH,
+    )
+    estimator.train(input_fn, max_steps=steps)
+    metrics = estimator.evaluate(input_fn, steps=2)
+    predictions = {int(p["id"]): float(p["logit"]) for p in estimator.predict(predict_input_fn)}
+    host = config.task_id or 0
+    result = {
+        "is_chief": bool(config.is_chief),
+        "metrics": {k: float(v) for k, v in metrics.items()},
+        "predictions": predictions,
+        "eval_dir": estimator.eval_dir(),
+    }
+    with open(os.path.join(model_dir, "result_host{}.json".format(host)), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,131 @@
+"""`tpu-estimator-hosts`: runs a program as a job of N hosts on this machine, one process per host, on loopback.
+
+    tpu-estimator-hosts --num_hosts=2 -- python my_program.py --flag=value
+
+Each process gets `TF_CONFIG` naming the N hosts (`worker` tasks on 127.0.0.1) and its own task, as TensorFlow's
+multi-worker training does; the program's `RunConfig` then makes it that host (docs/DISTRIBUTED.md). On real
+machines, start the same program on each machine with its own `TF_CONFIG` instead. Every line a host prints is
+prefixed with `[host i]`. The command exits with the first failing host's status (0 when all succeed); after a host
+fails, the others get `--grace_secs` to end (they fail on their own when a collective misses the lost host), then
+they are stopped.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, List, Optional, Sequence
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("num_hosts", 2, "How many hosts (processes) run the program.", lower_bound=1)
+flags.DEFINE_integer("first_port", 0, "The first host's port (the others' follow it); 0: free ports.", lower_bound=0)
+flags.DEFINE_float("grace_secs", 90.0, "After a host fails, how long the others may run before they are stopped.")
+flags.DEFINE_string("job", "worker", "The job of the hosts' tasks (TPUConfig.tpu_job_name).")
+
+
+def loopback_addresses(num_hosts: int, first_port: int = 0) -> List[str]:
+    """`127.0.0.1:port` for each host: consecutive ports from `first_port`, or ports free right now."""
+    if first_port:
+        return ["127.0.0.1:{}".format(first_port + h) for h in range(num_hosts)]
+    sockets = []
+    for _ in range(num_hosts):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sockets.append(sock)
+    addresses = ["127.0.0.1:{}".format(sock.getsockname()[1]) for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return addresses
+
+
+def host_tf_config(addresses: Sequence[str], host: int, job: str = "worker") -> str:
+    """The `TF_CONFIG` of host `host` of a job whose hosts are `addresses`."""
+    return json.dumps({"cluster": {job: list(addresses)}, "task": {"type": job, "index": host}})
+
+
+def _relay(stream: IO[bytes], prefix: str, out: IO[str]) -> None:
+    for line in iter(stream.readline, b""):
+        out.write(prefix + line.decode(errors="replace"))
+        out.flush()
+
+
+def run_hosts(
+    command: Sequence[str],
+    num_hosts: int,
+    addresses: Optional[Sequence[str]] = None,
+    grace_secs: float = 90.0,
+    job: str = "worker",
+    env: Optional[dict] = None,
+    out: IO[str] = sys.stdout,
+) -> List[int]:
+    """Runs `command` once per host with its `TF_CONFIG`; returns every host's exit status.
+
+    Args:
+      command: the program and its arguments.
+      num_hosts: how many hosts.
+      addresses: the hosts' `host:port` (default: free loopback ports).
+      grace_secs: after a host fails, how long the others may still run before they are stopped.
+      job: the hosts' job.
+      env: the environment of the processes (default: this one's), to which `TF_CONFIG` is added.
+      out: where the hosts' prefixed output goes.
+
+    Returns:
+      The exit status of each host, in host order (negative: stopped by that signal).
+
+    Raises:
+      ValueError: no command, or `addresses` not one per host.
+    """
+    if not command:
+        raise ValueError("Name the program to run after '--', e.g. tpu-estimator-hosts -- python program.py")
+    addresses = list(addresses) if addresses else loopback_addresses(num_hosts)
+    if len(addresses) != num_hosts:
+        raise ValueError("{} addresses for {} hosts: give one per host.".format(len(addresses), num_hosts))
+    processes, relays = [], []
+    for host in range(num_hosts):
+        host_env = dict(os.environ if env is None else env)
+        host_env["TF_CONFIG"] = host_tf_config(addresses, host, job)
+        process = subprocess.Popen(list(command), env=host_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        processes.append(process)
+        relay = threading.Thread(target=_relay, args=(process.stdout, "[host {}] ".format(host), out), daemon=True)
+        relay.start()
+        relays.append(relay)
+    failed_at = None
+    while any(p.poll() is None for p in processes):
+        if failed_at is None and any(p.poll() not in (None, 0) for p in processes):
+            failed_at = time.time()
+        if failed_at is not None and time.time() - failed_at > grace_secs:
+            for p in processes:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.1)
+    for relay in relays:
+        relay.join(5)
+    return [p.returncode for p in processes]
+
+
+def main(argv: Sequence[str]) -> None:
+    codes = run_hosts(
+        argv[1:], FLAGS.num_hosts, loopback_addresses(FLAGS.num_hosts, FLAGS.first_port), FLAGS.grace_secs, FLAGS.job
+    )
+    failed = [(h, c) for h, c in enumerate(codes) if c != 0]
+    if failed:
+        sys.stderr.write(
+            "tpu-estimator-hosts: host(s) {} failed (exit status {}).\n".format(
+                ", ".join(str(h) for h, _ in failed), ", ".join(str(c) for _, c in failed)
+            )
+        )
+        sys.exit(failed[0][1] if failed[0][1] > 0 else 1)
+
+
+def run() -> None:
+    """The console script's entry point."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,106 @@
+"""Collective ops between the hosts of a cluster that runs one process per host.
+
+Each host's process builds only its own replicas; what the hosts share per step goes through TensorFlow's collective
+ops (`CollectiveReduceV2`, `CollectiveGatherV2`, `CollectiveBcastSendV2`/`RecvV2`: ring all-reduce on CPUs, NCCL
+across GPUs when TensorFlow picks it), as `MultiWorkerMirroredStrategy` does. The members of one collective meet by
+their keys: every process builds the same graphs in the same order, so a process-wide counter gives each collective
+op the same instance key in every process.
+
+A collective waits for every host; a lost host makes the others fail at `timeout_seconds` (the session's operation
+deadline), not hang.
+"""
+
+import itertools
+import threading
+from typing import Optional
+
+import tensorflow as tf
+
+# One group: every host of the job.
+_GROUP_KEY = 1
+_instance_keys = itertools.count(1)
+_instance_keys_lock = threading.Lock()
+
+
+def _next_instance_key() -> int:
+    with _instance_keys_lock:
+        return next(_instance_keys)
+
+
+class HostCollectives(object):
+    """The collective ops of one host's process with the other hosts' processes.
+
+    Args:
+      num_hosts: how many hosts (processes) take part.
+      host: this process's host index (host 0 is the chief).
+      device: where this host's collective ops run (its CPU, or its first GPU).
+      timeout_seconds: how long a collective waits for the other hosts before it fails.
+
+    Raises:
+      ValueError: `host` is not in `[0, num_hosts)`.
+    """
+
+    def __init__(self, num_hosts: int, host: int, device: str, timeout_seconds: float):
+        if not 0 <= host < num_hosts:
+            raise ValueError("host must be in [0, {}), got {}.".format(num_hosts, host))
+        self.num_hosts = num_hosts
+        self.host = host
+        self.device = device
+        self.timeout_seconds = float(timeout_seconds)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.host == 0
+
+    def all_sum(self, tensor: tf.Tensor) -> tf.Tensor:
+        """The sum of `tensor` over the hosts (every host gets the same values)."""
+        with tf.device(tensor.device or self.device):
+            return tf.raw_ops.CollectiveReduceV2(
+                input=tensor,
+                group_size=self.num_hosts,
+                group_key=_GROUP_KEY,
+                instance_key=_next_instance_key(),
+                ordering_token=[],
+                merge_op="Add",
+                final_op="Id",
+                timeout_seconds=self.timeout_seconds,
+            )
+
+    def all_gather(self, tensor: tf.Tensor) -> tf.Tensor:
+        """Every host's `tensor` concatenated on the first axis, in host order (same shape on every host)."""
+        with tf.device(self.device):
+            return tf.raw_ops.CollectiveGatherV2(
+                input=tensor,
+                group_size=self.num_hosts,
+                group_key=_GROUP_KEY,
+                instance_key=_next_instance_key(),
+                ordering_token=[],
+                timeout_seconds=self.timeout_seconds,
+            )
+
+    def from_chief(self, tensor: tf.Tensor, timeout_seconds: Optional[float] = None) -> tf.Tensor:
+        """The chief's `tensor` on every host (each host passes a tensor of the same dtype and shape).
+
+        Args:
+          tensor: this host's tensor (the chief's is sent; the others' give the shape and dtype received).
+          timeout_seconds: how long to wait for the other hosts; default `self.timeout_seconds`.
+        """
+        key = _next_instance_key()
+        timeout = self.timeout_seconds if timeout_seconds is None else float(timeout_seconds)
+        with tf.device(tensor.device or self.device):
+            if self.is_chief:
+                return tf.raw_ops.CollectiveBcastSendV2(
+                    input=tensor,
+                    group_size=self.num_hosts,
+                    group_key=_GROUP_KEY,
+                    instance_key=key,
+                    timeout_seconds=timeout,
+                )
+            return tf.raw_ops.CollectiveBcastRecvV2(
+                group_size=self.num_hosts,
+                group_key=_GROUP_KEY,
+                instance_key=key,
+                shape=tf.shape(tensor),
+                T=tensor.dtype,
+                timeout_seconds=timeout,
+            )
