@@ -1,11 +1,12 @@
 """A TPUEstimator program the tests run on 1 host and on N hosts (one process per host, `tpu-estimator-hosts`).
 
-    python tests/cluster/host_program.py MODEL_DIR NUM_SHARDS STEPS [SLEEP_PER_STEP_SECS]
+    python tests/cluster/host_program.py MODEL_DIR NUM_SHARDS STEPS [SLEEP_PER_STEP_SECS [TIMEOUT_MS]]
 
 The same file runs everywhere: under `TF_CONFIG` (set by `tpu_estimator.app.hosts`) it is one host of a job. It
-trains a dense model (Adam, two layers, cross-replica mean) for STEPS steps, evaluates 2 steps and predicts 32 rows,
+trains a dense model (Adam, two layers, cross-replica mean) for STEPS steps, evaluates 2 steps and predicts 24 rows,
 then writes what this host saw to MODEL_DIR/result_host<i>.json: the evaluation metrics and the predictions by row id.
-Each host reads its block of every global batch (PER_HOST_V2), as replicas are host-major.
+Each host reads its block of every global batch (PER_HOST_V2), as replicas are host-major; training input starts at
+the global batch of the latest checkpoint's step, so a resumed job reads what an uninterrupted one would.
 """
 
 import json
@@ -17,14 +18,15 @@ import numpy as np
 import tensorflow as tf
 
 import tpu_estimator as te
+from tpu_estimator import estimator as tf_estimator
 
 RNG = np.random.RandomState(3)
 ROWS = 256
 X = RNG.randn(ROWS, 5).astype(np.float32)
 Y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(np.float32)
 IDS = np.arange(ROWS, dtype=np.int64)
-GLOBAL_BATCH = 16
-PREDICT_BATCH = 8
+GLOBAL_BATCH = 24
+PREDICT_BATCH = 12
 
 
 def _host_block(dataset, global_batch, params):
@@ -37,13 +39,21 @@ def _host_block(dataset, global_batch, params):
     return dataset.unbatch().batch(params["batch_size"], drop_remainder=True)
 
 
-def input_fn(params):
-    dataset = tf.data.Dataset.from_tensor_slices(({"x": X, "id": IDS}, Y)).repeat()
-    return _host_block(dataset, GLOBAL_BATCH, params)
+def make_input_fn(start_step: int):
+    def input_fn(params):
+        dataset = tf.data.Dataset.from_tensor_slices(({"x": X, "id": IDS}, Y)).repeat()
+        return _host_block(dataset.skip(start_step * GLOBAL_BATCH), GLOBAL_BATCH, params)
+
+    return input_fn
+
+
+def latest_step(model_dir: str) -> int:
+    path = tf.train.latest_checkpoint(model_dir)
+    return int(tf.train.load_variable(path, "global_step")) if path else 0
 
 
 def predict_input_fn(params):
-    dataset = tf.data.Dataset.from_tensor_slices({"x": X[:32], "id": IDS[:32]})
+    dataset = tf.data.Dataset.from_tensor_slices({"x": X[:24], "id": IDS[:24]})
     return _host_block(dataset, PREDICT_BATCH, params).map(lambda *t: t[0])
 
 
@@ -62,10 +72,10 @@ def model_fn(features, labels, mode, params):
     logits = tf.squeeze(
         tf.compat.v1.layers.dense(hidden, 1, kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2)), 1
     )
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == tf_estimator.ModeKeys.PREDICT:
         return te.TPUEstimatorSpec(mode, predictions={"id": features["id"], "logit": logits})
     loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)
-    if mode == tf.estimator.ModeKeys.EVAL:
+    if mode == tf_estimator.ModeKeys.EVAL:
         metric_fn = lambda labels, logits: {
             "accuracy": tf.compat.v1.metrics.accuracy(labels, tf.cast(logits > 0, tf.float32)),
             "mean_logit": tf.compat.v1.metrics.mean(logits),
@@ -80,10 +90,12 @@ def model_fn(features, labels, mode, params):
 def main(argv):
     model_dir, num_shards, steps = argv[1], int(argv[2]), int(argv[3])
     sleep = float(argv[4]) if len(argv) > 4 else 0.0
+    session_config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=int(argv[5])) if len(argv) > 5 else None
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     config = te.RunConfig(
         model_dir=model_dir,
         save_checkpoints_steps=2,
+        session_config=session_config,
         tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=num_shards),
     )
     estimator = te.TPUEstimator(
@@ -94,8 +106,8 @@ def main(argv):
         eval_batch_size=GLOBAL_BATCH,
         predict_batch_size=PREDICT_BATCH,
     )
-    estimator.train(input_fn, max_steps=steps)
-    metrics = estimator.evaluate(input_fn, steps=2)
+    estimator.train(make_input_fn(latest_step(model_dir)), max_steps=steps)
+    metrics = estimator.evaluate(make_input_fn(0), steps=2)
     predictions = {int(p["id"]): float(p["logit"]) for p in estimator.predict(predict_input_fn)}
     host = config.task_id or 0
     result = {
