@@ -305,6 +305,20 @@ def check_server(words: List[str]) -> None:
             cluster_server.parse_cluster(word.split("=", 1)[1])
 
 
+def check_hosts(words: List[str]) -> None:
+    """`tpu-estimator-hosts [flags] -- command`: its flags exist and the command is checked as the README's own."""
+    from tpu_estimator.app import hosts
+
+    separator = words.index("--")
+    source = Path(hosts.__file__).read_text()
+    defined = set(re.findall(r"flags\.DEFINE_\w+\(\s*\"(\w+)\"", source))
+    for name in flag_names(words[1:separator]):
+        assert name in defined, f"--{name}: not a flag of tpu-estimator-hosts (it defines {sorted(defined)})"
+    command = words[separator + 1 :]
+    assert command and os.path.basename(command[0]) in ("python", "python3"), command
+    check_python(command)
+
+
 def check_pip(words: List[str]) -> None:
     assert words[1:] == ["install", "-e", "."] and (REPO / "setup.cfg").is_file(), words
 
@@ -331,6 +345,8 @@ def test_shell_commands_and_flags_exist(item):
         check_pip(words)
     elif program == "tpu-estimator-server":
         check_server(words)
+    elif program == "tpu-estimator-hosts":
+        check_hosts(words)
     else:
         pytest.fail(f"{words[0]}: a command tests/docs/test_readme.py does not check; add a check for it")
     if words[0].startswith(".venv/bin/"):

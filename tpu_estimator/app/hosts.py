@@ -25,7 +25,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_hosts", 2, "How many hosts (processes) run the program.", lower_bound=1)
 flags.DEFINE_integer("first_port", 0, "The first host's port (the others' follow it); 0: free ports.", lower_bound=0)
 flags.DEFINE_float("grace_secs", 90.0, "After a host fails, how long the others may run before they are stopped.")
-flags.DEFINE_string("job", "worker", "The job of the hosts' tasks (TPUConfig.tpu_job_name).")
+flags.DEFINE_string("tpu_job_name", "worker", "The job of the hosts' tasks (as TPUConfig.tpu_job_name).")
 
 
 def loopback_addresses(num_hosts: int, first_port: int = 0) -> List[str]:
@@ -110,7 +110,11 @@ def run_hosts(
 
 def main(argv: Sequence[str]) -> None:
     codes = run_hosts(
-        argv[1:], FLAGS.num_hosts, loopback_addresses(FLAGS.num_hosts, FLAGS.first_port), FLAGS.grace_secs, FLAGS.job
+        argv[1:],
+        FLAGS.num_hosts,
+        loopback_addresses(FLAGS.num_hosts, FLAGS.first_port),
+        FLAGS.grace_secs,
+        FLAGS.tpu_job_name,
     )
     failed = [(h, c) for h, c in enumerate(codes) if c != 0]
     if failed:
