@@ -247,6 +247,20 @@ def mark_for_xla_compilation(ops) -> None:
         op._set_attr("_XlaScope", attr_value_pb2.AttrValue(s=scope.encode()))
 
 
+def set_colocation(op: tf.Operation, names: Sequence[bytes]) -> None:
+    """Sets the op's colocation list (its `_class` attribute of `b"loc:@<op name>"` entries)."""
+    from tensorflow.core.framework import attr_value_pb2
+
+    op._set_attr("_class", attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=list(names))))
+
+
+def chrome_trace(step_stats) -> str:
+    """The Chrome trace (JSON text, chrome://tracing) of a `RunMetadata`'s `step_stats`."""
+    from tensorflow.python.client import timeline
+
+    return timeline.Timeline(step_stats).generate_chrome_trace_format()
+
+
 def variable_reading_through(variable, read: Callable[[], tf.Tensor]):
     """A second Python object for the same resource variable whose dense reads call `read`, or None.
 

@@ -21,7 +21,7 @@ ops get another op seed on each replica, so the replicas draw different numbers 
 from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2, graph_pb2
+from tensorflow.core.framework import graph_pb2
 
 from tpu_estimator import _tf_internal, replication
 from tpu_estimator.replica_context import ReplicaContext, ReplicaCoordinator
@@ -287,7 +287,7 @@ class StampingCoordinator(ReplicaCoordinator):
                     target = graph.get_operation_by_name(name)
                     target = self._copies[replica].get(_tf_internal.op_id(target), target)
                     mapped.append(b"loc:@" + target.name.encode())
-                copy._set_attr("_class", attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=mapped)))
+                _tf_internal.set_colocation(copy, mapped)
 
     def _place(self, node, op: tf.Operation, replica: int, todo: Dict[int, tf.Operation]) -> List[str]:
         """Sets the copy's device, loop frame and op seed; returns the names of the ops it is colocated with.

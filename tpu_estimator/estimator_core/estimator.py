@@ -12,11 +12,9 @@ import os
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
-from tensorflow.python.eager import context
-from tensorflow.python.saved_model import model_utils
-from tensorflow.python.training import evaluation, training_util
 
 from tpu_estimator.estimator_core import (
+    _tf_internal,
     checkpoint_saver,
     estimator_config,
     eval_metrics,
@@ -103,7 +101,7 @@ class Estimator(object):
           ValueError: `model_dir` has no checkpoint yet.
         """
         _check_checkpoint_available(self.model_dir)
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             return tf.train.load_variable(self.model_dir, name)
 
     def get_variable_names(self) -> List[str]:
@@ -113,12 +111,12 @@ class Estimator(object):
           ValueError: `model_dir` has no checkpoint yet.
         """
         _check_checkpoint_available(self.model_dir)
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             return [name for name, _ in tf.train.list_variables(self.model_dir)]
 
     def latest_checkpoint(self) -> Optional[str]:
         """The path of the latest checkpoint in `model_dir`, or None."""
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             return tf.train.latest_checkpoint(self.model_dir)
 
     def eval_dir(self, name: Optional[str] = None) -> str:
@@ -149,7 +147,7 @@ class Estimator(object):
                 "Train has been called wrong configuration. Please use tf.estimator.train_and_evaluate which calls "
                 "proper API according to given configuration. Current configuration: {}.".format(self.config)
             )
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             if steps is not None and max_steps is not None:
                 raise ValueError("Can not provide both steps and max_steps.")
             if steps is not None and steps <= 0:
@@ -179,7 +177,7 @@ class Estimator(object):
             global_step_tensor = self._create_and_assert_global_step(g)
             if global_step_tensor is not None:
                 # The cached read of the global step that hooks and the optimizer share.
-                training_util._get_or_create_global_step_read(g)
+                _tf_internal.get_or_create_global_step_read(g)
             features, labels, input_hooks = self._get_features_and_labels_from_input_fn(input_fn, ModeKeys.TRAIN)
             worker_hooks.extend(input_hooks)
             estimator_spec = self._call_model_fn(features, labels, ModeKeys.TRAIN, self.config)
@@ -269,10 +267,7 @@ class Estimator(object):
                     "There should be a CheckpointSaverHook to use saving_listeners. Please set one of the "
                     "RunConfig.save_checkpoints_steps or RunConfig.save_checkpoints_secs."
                 )
-            for listener in saving_listeners:
-                # CheckpointSaverHook has no public way to add listeners after construction.
-                if listener not in saver_hooks[0]._listeners:
-                    saver_hooks[0]._listeners.append(listener)
+            _tf_internal.add_checkpoint_listeners(saver_hooks[0], saving_listeners)
         return chief_hooks
 
     def _summary_cadence(self, estimator_spec, worker_hooks):
@@ -324,7 +319,7 @@ class Estimator(object):
         Raises:
           ValueError: `steps <= 0`, or a metric named `loss` or `global_step` in `model_fn`'s.
         """
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             hooks = _check_hooks_type(hooks)
             hooks.extend(self._convert_eval_steps_to_hooks(steps))
             if not checkpoint_path:
@@ -357,7 +352,7 @@ class Estimator(object):
             return []
         if steps <= 0:
             raise ValueError("Must specify steps > 0, given: {}".format(steps))
-        return [evaluation._StopAfterNEvalsHook(num_evals=steps)]
+        return [_tf_internal.stop_after_n_evals_hook(steps)]
 
     def _evaluate_build_graph(self, input_fn, hooks, checkpoint_path):
         tf.compat.v1.random.set_random_seed(self._config.tf_random_seed)
@@ -381,7 +376,7 @@ class Estimator(object):
         all_hooks.extend(list(estimator_spec.evaluation_hooks or []))
         if scaffold and scaffold.local_init_op:
             # The user's local_init_op replaces the default one, which would initialise the eval step counter.
-            evaluation._get_or_create_eval_step()
+            _tf_internal.get_or_create_eval_step()
             scaffold = tf.compat.v1.train.Scaffold(
                 local_init_op=tf.group(scaffold.local_init_op, tf.compat.v1.train.Scaffold.default_local_init_op()),
                 copy_from_scaffold=scaffold,
@@ -389,7 +384,7 @@ class Estimator(object):
         return scaffold, update_op, eval_dict, all_hooks
 
     def _evaluate_run(self, checkpoint_path, scaffold, update_op, eval_dict, all_hooks, output_dir):
-        eval_results = evaluation._evaluate_once(
+        eval_results = _tf_internal.evaluate_once(
             checkpoint_path=checkpoint_path,
             master=self._config.evaluation_master,
             scaffold=scaffold,
@@ -429,7 +424,7 @@ class Estimator(object):
           ValueError: `predict_keys` with non-dict predictions or matching none, or predictions of different
             batch lengths with `yield_single_examples`.
         """
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             hooks = _check_hooks_type(hooks)
             if not checkpoint_path:
                 checkpoint_path = tf.train.latest_checkpoint(self._model_dir)
@@ -572,7 +567,7 @@ class Estimator(object):
         checkpoint_path=None,
         strip_default_attrs=True,
     ):
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             if not checkpoint_path:
                 checkpoint_path = self.latest_checkpoint()
             if not checkpoint_path:
@@ -581,8 +576,8 @@ class Estimator(object):
                 checkpoint_path = self._warm_start_settings.ckpt_to_initialize_from
                 if tf.compat.v1.gfile.IsDirectory(checkpoint_path):
                     checkpoint_path = tf.train.latest_checkpoint(checkpoint_path)
-            export_dir = model_utils.get_timestamped_export_dir(export_dir_base)
-            temp_export_dir = model_utils.get_temp_export_dir(export_dir)
+            export_dir = _tf_internal.get_timestamped_export_dir(export_dir_base)
+            temp_export_dir = _tf_internal.get_temp_export_dir(export_dir)
             builder = tf.compat.v1.saved_model.Builder(temp_export_dir)
             save_variables = True
             # The first metagraph added saves the variables; TRAIN, EVAL, PREDICT is upstream's order.
@@ -632,7 +627,7 @@ class Estimator(object):
           ValueError: `save_variables` without `check_variables`, or variables missing from the checkpoint.
         """
         if export_tags is None:
-            export_tags = model_utils.EXPORT_TAG_MAP[mode]
+            export_tags = _tf_internal.EXPORT_TAG_MAP[mode]
         input_receiver_fn = input_receiver_fn_map[mode]
         with tf.Graph().as_default() as g:
             self._create_and_assert_global_step(g)
