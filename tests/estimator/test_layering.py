@@ -193,3 +193,19 @@ def test_private_member_checks_find_offenders():
     tree = ast.parse(source)
     assert sorted(set(_private_reads(tree))) == ["_collections", "_get_control_flow_context", "_replace"]
     assert list(_tf_base_state(tree)) == [("Hook", "_summary_writer")]
+
+
+# Values (settings, specs, configs, protocols) and the bottom modules they may build on; stages are everything else.
+VALUE_MODULES = {"spec", "host_call_spec", "tpu_config", "context", "embedding_spec", "replica_context"}
+BOTTOM_MODULES = {"_estimator_lib", "_tf_internal", "_keras2", "devices", "cluster"}
+
+
+def test_value_modules_import_no_stage():
+    graph = import_graph()
+    stages = {}
+    for value in sorted(VALUE_MODULES):
+        imported = {m for m in graph["tpu_estimator." + value] if m.startswith("tpu_estimator.")}
+        beyond = sorted(m for m in imported if m.split(".")[1] not in VALUE_MODULES | BOTTOM_MODULES)
+        if beyond:
+            stages[value] = beyond
+    assert stages == {}
