@@ -16,6 +16,7 @@ import tensorflow as tf
 from tpu_estimator.estimator_core import (
     _tf_internal,
     checkpoint_saver,
+    checkpoint_step,
     estimator_config,
     eval_metrics,
     eval_summaries,
@@ -154,7 +155,7 @@ class Estimator(object):
                 raise ValueError("Must specify steps > 0, given: {}".format(steps))
             if max_steps is not None and max_steps <= 0:
                 raise ValueError("Must specify max_steps > 0, given: {}".format(max_steps))
-            if max_steps is not None and max_steps <= _global_step_in_checkpoint(self._model_dir):
+            if checkpoint_step.reached_max_steps(self._model_dir, steps, max_steps) is not None:
                 tf.compat.v1.logging.info("Skipping training since max_steps has already saved.")
                 return self
             hooks = _check_hooks_type(hooks)
@@ -749,14 +750,3 @@ def _check_listeners_type(saving_listeners) -> list:
         if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
             raise TypeError("saving_listeners must be a list of CheckpointSaverListener, given: {}".format(listener))
     return listeners
-
-
-def _global_step_in_checkpoint(checkpoint_dir: str) -> int:
-    """The global step of the latest checkpoint in `checkpoint_dir`; 0 without one."""
-    latest = tf.train.latest_checkpoint(checkpoint_dir)
-    if not latest:
-        return 0
-    try:
-        return tf.compat.v1.train.NewCheckpointReader(latest).get_tensor(tf.compat.v1.GraphKeys.GLOBAL_STEP)
-    except (tf.errors.OpError, ValueError):  # No global step in the checkpoint.
-        return 0
