@@ -14,6 +14,8 @@ from tensorflow.python.tpu import tpu_function
 from tensorflow.python.tpu.ops import tpu_ops
 from tensorflow.python.training import evaluation as _evaluation
 
+from tpu_estimator import graph_walk
+
 VARSTORE_KEY = _variable_scope._VARSTORE_KEY
 
 _patch_lock = threading.Lock()
@@ -142,15 +144,7 @@ def order_variable_writes_after(tensors, candidate_ops) -> int:
       The number of writes that were ordered.
     """
     roots = [t.op if hasattr(t, "op") else t for t in tensors]
-    ancestors = set()
-    stack = list(roots)
-    while stack:
-        op = stack.pop()
-        if op in ancestors:
-            continue
-        ancestors.add(op)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
+    ancestors = set(graph_walk.ancestor_ops(roots))
     graph = roots[0].graph if roots else None
     initializers = set()
     if graph is not None:
