@@ -323,15 +323,7 @@ class Estimator(object):
         with _tf_internal.graph_mode():
             hooks = _check_hooks_type(hooks)
             hooks.extend(self._convert_eval_steps_to_hooks(steps))
-            if not checkpoint_path:
-                latest_path = tf.train.latest_checkpoint(self._model_dir)
-                if not latest_path:
-                    tf.compat.v1.logging.info(
-                        "Could not find trained model in model_dir: {}, running initialization to evaluate.".format(
-                            self._model_dir
-                        )
-                    )
-                checkpoint_path = latest_path
+            checkpoint_path = self._checkpoint_to_read(checkpoint_path, "evaluate")
             with tf.Graph().as_default():
                 scaffold, update_op, eval_dict, all_hooks = self._evaluate_build_graph(input_fn, hooks, checkpoint_path)
                 return self._evaluate_run(
@@ -342,6 +334,18 @@ class Estimator(object):
                     all_hooks=all_hooks,
                     output_dir=self.eval_dir(name),
                 )
+
+    def _checkpoint_to_read(self, checkpoint_path: Optional[str], action: str) -> Optional[str]:
+        """`checkpoint_path`, else the latest checkpoint in `model_dir`; None (logged: the variables are initialised
+        instead) without one."""
+        checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(self._model_dir)
+        if not checkpoint_path:
+            tf.compat.v1.logging.info(
+                "Could not find trained model in model_dir: {}, running initialization to {}.".format(
+                    self._model_dir, action
+                )
+            )
+        return checkpoint_path
 
     def _convert_eval_steps_to_hooks(self, steps):
         """The hook that stops evaluation after `steps` batches.
@@ -427,14 +431,7 @@ class Estimator(object):
         """
         with _tf_internal.graph_mode():
             hooks = _check_hooks_type(hooks)
-            if not checkpoint_path:
-                checkpoint_path = tf.train.latest_checkpoint(self._model_dir)
-            if not checkpoint_path:
-                tf.compat.v1.logging.info(
-                    "Could not find trained model in model_dir: {}, running initialization to predict.".format(
-                        self._model_dir
-                    )
-                )
+            checkpoint_path = self._checkpoint_to_read(checkpoint_path, "predict")
             with tf.Graph().as_default() as g:
                 tf.compat.v1.random.set_random_seed(self._config.tf_random_seed)
                 self._create_and_assert_global_step(g)
