@@ -209,3 +209,68 @@ def test_value_modules_import_no_stage():
         if beyond:
             stages[value] = beyond
     assert stages == {}
+
+
+def _tensorflow_names(tree: ast.AST) -> Set[str]:
+    """The names a module binds to TensorFlow's modules and objects by its imports (`tf`, `from tensorflow... import
+    x`)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "tensorflow")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tensorflow":
+            names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def _tensorflow_state_writes(tree: ast.AST) -> Iterator[str]:
+    """Assignments to attributes of TensorFlow's modules and objects (`tf.x.y = ...`, `setattr(tf_module, ...)`)."""
+    names = _tensorflow_names(tree)
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        for target in targets:
+            if isinstance(target, ast.Attribute) and isinstance(_root(target), ast.Name) and _root(target).id in names:
+                yield ast.unparse(target)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and node.args
+            and isinstance(_root(node.args[0]), ast.Name)
+            and _root(node.args[0]).id in names
+        ):
+            yield ast.unparse(node)
+
+
+def test_tensorflow_state_is_changed_only_in_tf_internal():
+    """Process-wide patches of TensorFlow's modules live in a `_tf_internal.py`, as context managers (compat's
+    install/uninstall pending, see PENDING)."""
+    writes = {}
+    for path in _checked_modules():
+        found = sorted(set(_tensorflow_state_writes(ast.parse(path.read_text(encoding="utf-8")))))
+        if found:
+            writes[relative(path)] = found
+    assert writes == {}
+
+
+def test_tensorflow_state_writes_are_found():
+    source = (
+        "import tensorflow as tf\n"
+        "from tensorflow.python.ops import control_flow_util as cfu\n"
+        "tf.compat.v1.flags.x = 1\n"
+        "cfu.ENABLE_CONTROL_FLOW_V2 = False\n"
+        "setattr(cfu, 'ENABLE_CONTROL_FLOW_V2', True)\n"
+        "config = tf.compat.v1.ConfigProto()\n"
+        "config.allow_soft_placement = True\n"
+    )
+    assert sorted(_tensorflow_state_writes(ast.parse(source))) == [
+        "cfu.ENABLE_CONTROL_FLOW_V2",
+        "setattr(cfu, 'ENABLE_CONTROL_FLOW_V2', True)",
+        "tf.compat.v1.flags.x",
+    ]
