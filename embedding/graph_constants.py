@@ -19,6 +19,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from embedding import _tf_internal
+
 _state = threading.local()
 
 
@@ -61,16 +63,14 @@ def constant(value: Any, dtype: tf.DType) -> tf.Tensor:
     if cache is None or tf.executing_eagerly():
         return tf.constant(value, dtype)
     graph = tf.compat.v1.get_default_graph()
-    context = graph._get_control_flow_context()  # The while loop or cond branch being built, or None.
+    context = _tf_internal.control_flow_context(graph)  # The while loop or cond branch being built, or None.
     array = np.asarray(value, dtype=dtype.as_numpy_dtype)
     key = (graph, context, getattr(_state, "device", None), dtype, array.shape, array.tobytes())
     if key not in cache:
         # Without the control dependencies in force: a constant shared by ops under different control dependencies
-        # must not carry the first one's. `control_dependencies(None)` also leaves the control-flow context; back
-        # in it, the constant belongs to the loop or branch (its frame's control input only), where one made
-        # outside would need an Enter or Switch in each.
-        with graph.control_dependencies(None):
-            graph._set_control_flow_context(context)
+        # must not carry the first one's. In the loop or branch, the constant belongs to it (its frame's control
+        # input only), where one made outside would need an Enter or Switch in each.
+        with _tf_internal.without_control_dependencies(graph):
             cache[key] = tf.constant(array, dtype)
     return cache[key]
 
@@ -85,12 +85,11 @@ def unfoldable(value: Any, dtype: tf.DType) -> tf.Tensor:
         return tf.constant(value, dtype)
     cache: Optional[Dict[Tuple, tf.Tensor]] = getattr(_state, "cache", None)
     graph = tf.compat.v1.get_default_graph()
-    context = graph._get_control_flow_context()
+    context = _tf_internal.control_flow_context(graph)
     key = ("unfoldable", graph, context, dtype, np.asarray(value, dtype=dtype.as_numpy_dtype).tobytes())
     if cache is not None and key in cache:
         return cache[key]
-    with graph.control_dependencies(None):
-        graph._set_control_flow_context(context)
+    with _tf_internal.without_control_dependencies(graph):
         tensor = tf.compat.v1.placeholder_with_default(tf.constant(value, dtype), [])
     if cache is not None:
         cache[key] = tensor
@@ -109,10 +108,9 @@ def shared(key: Any, build: Callable[[], tf.Tensor]) -> tf.Tensor:
     if cache is None or tf.executing_eagerly():
         return build()
     graph = tf.compat.v1.get_default_graph()
-    context = graph._get_control_flow_context()
+    context = _tf_internal.control_flow_context(graph)
     full_key = ("shared", graph, context, key)
     if full_key not in cache:
-        with graph.control_dependencies(None):
-            graph._set_control_flow_context(context)
+        with _tf_internal.without_control_dependencies(graph):
             cache[full_key] = build()
     return cache[full_key]

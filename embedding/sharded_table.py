@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from embedding import checkpointing, graph_constants, optimizers, preprocessing, shard_exchange
+from embedding import _tf_internal, checkpointing, graph_constants, optimizers, preprocessing, shard_exchange
 from embedding import config as config_lib
 from embedding import devices as devices_lib
 from embedding.devices import DeviceLike
@@ -142,9 +142,7 @@ def make_shard_initial_value(
                 "An initializer taking `shard_info` (a contiguous offset) cannot initialise 'mod' shards; give it "
                 "a `row_ids` keyword argument instead."
             )
-        from tensorflow.python.trackable import base as trackable_base
-
-        info = trackable_base.ShardInfo(shape, (layout.offsets[k], 0))
+        info = _tf_internal.shard_info(shape, (layout.offsets[k], 0))
         return lambda: initializer(shape, dtype=dtype, shard_info=info)
     if type(initializer).__name__ == "RowIdInitializer" and isinstance(getattr(initializer, "offset", None), int):
         # embedding.config.RowIdInitializer (row i -> i + offset) takes no row ids yet: evaluate it per shard.
@@ -414,7 +412,7 @@ class ShardedTable(tf.Module):
         graph = context = None
         if not tf.executing_eagerly():
             graph = tf.compat.v1.get_default_graph()
-            context = graph._get_control_flow_context()  # The split's ops must be usable where we are.
+            context = _tf_internal.control_flow_context(graph)  # The split's ops must be usable where we are.
             memo = self._split_memo.get(unique_ids, graph, context)
             if memo is not None:
                 return memo[3], memo[4]
@@ -601,7 +599,7 @@ class ShardedTable(tf.Module):
         graph = tf.compat.v1.get_default_graph()
         if graph.building_function:
             return
-        self._split_memo.rows = (graph, graph._get_control_flow_context(), list(zip(locals_, rows)))
+        self._split_memo.rows = (graph, _tf_internal.control_flow_context(graph), list(zip(locals_, rows)))
 
     def _looked_up(self, k: int, local: tf.Tensor) -> Optional[tf.Tensor]:
         """The rows of shard k the lookup of these very ids gathered in this graph and loop body, once, or None.
@@ -615,7 +613,7 @@ class ShardedTable(tf.Module):
         if memo is None or tf.executing_eagerly():
             return None
         graph = tf.compat.v1.get_default_graph()
-        if memo[0] is not graph or memo[1] is not graph._get_control_flow_context() or k >= len(memo[2]):
+        if memo[0] is not graph or memo[1] is not _tf_internal.control_flow_context(graph) or k >= len(memo[2]):
             return None
         looked_up_ids, rows = memo[2][k]
         if looked_up_ids is not local:

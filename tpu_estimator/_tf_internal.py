@@ -1,11 +1,13 @@
 """The few `tensorflow.python` internals the estimator needs, each wrapped once here.
 
-Everything else in `tpu_estimator` uses public TensorFlow APIs.
+Everything else in `tpu_estimator` uses public TensorFlow APIs. The process-wide changes of TensorFlow's module state
+are made here only, each by a context manager that undoes it when the last caller leaves (`_ProcessWidePatch`):
+`v1_control_flow`, `cross_replica_sum_as_ours`, `without_session_recovery`.
 """
 
 import contextlib
 import threading
-from typing import Callable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterator, List, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util, resource_variable_ops
@@ -14,10 +16,55 @@ from tensorflow.python.tpu import tpu_function
 from tensorflow.python.tpu.ops import tpu_ops
 from tensorflow.python.training import evaluation as _evaluation
 
+from tpu_estimator import graph_walk
+
 VARSTORE_KEY = _variable_scope._VARSTORE_KEY
 
-_patch_lock = threading.Lock()
-_patch_depth = 0
+
+class _ProcessWidePatch(object):
+    """A module attribute of TensorFlow replaced while any caller is inside `applied` (nesting and threads counted):
+    the first caller in sets it, the last one out puts the original back.
+
+    Args:
+      owner: returns the module (imported when first needed).
+      name: the attribute.
+    """
+
+    def __init__(self, owner: Callable[[], Any], name: str):
+        self._owner = owner
+        self._name = name
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._original = None
+
+    @contextlib.contextmanager
+    def applied(self, value: Callable[[], Any]) -> Iterator[None]:
+        """Within the block, the attribute is `value()` (called by the first caller in; later callers share it)."""
+        owner = self._owner()
+        with self._lock:
+            if self._depth == 0:
+                self._original = getattr(owner, self._name)
+                setattr(owner, self._name, value())
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0:
+                    setattr(owner, self._name, self._original)
+                    self._original = None
+
+
+def _monitored_session_module():
+    from tensorflow.python.training import monitored_session
+
+    return monitored_session
+
+
+_CROSS_REPLICA_SUM = _ProcessWidePatch(lambda: tpu_ops.gen_tpu_ops, "cross_replica_sum")
+_CONTROL_FLOW_V2 = _ProcessWidePatch(lambda: control_flow_util, "ENABLE_CONTROL_FLOW_V2")
+_PREEMPTION_ERRORS = _ProcessWidePatch(_monitored_session_module, "_PREEMPTION_ERRORS")
 
 
 def copy_variable_store(collections: dict):
@@ -53,29 +100,17 @@ def tpu_shard_context(num_shards: int) -> Iterator[None]:
         context.set_number_of_shards(old)
 
 
-@contextlib.contextmanager
-def cross_replica_sum_as_ours(ours: Callable) -> Iterator[None]:
+def cross_replica_sum_as_ours(ours: Callable) -> ContextManager[None]:
     """Routes upstream's `cross_replica_sum` op (no CPU/GPU kernel) to `ours` while replicas are built.
 
     `tf.compat.v1.tpu.cross_replica_sum` and upstream's `CrossShardOptimizer` both end in
-    `gen_tpu_ops.cross_replica_sum`, which we replace for the duration.
+    `gen_tpu_ops.cross_replica_sum`, which we replace for the duration (process-wide: `_ProcessWidePatch`).
     """
-    global _patch_depth
-    gen = tpu_ops.gen_tpu_ops
-    with _patch_lock:
-        if _patch_depth == 0:
-            cross_replica_sum_as_ours.original = gen.cross_replica_sum
-            gen.cross_replica_sum = lambda input, group_assignment, name=None: ours(
-                input, _groups_as_list(group_assignment), name
-            )
-        _patch_depth += 1
-    try:
-        yield
-    finally:
-        with _patch_lock:
-            _patch_depth -= 1
-            if _patch_depth == 0:
-                gen.cross_replica_sum = cross_replica_sum_as_ours.original
+
+    def routed(input, group_assignment, name=None):
+        return ours(input, _groups_as_list(group_assignment), name)
+
+    return _CROSS_REPLICA_SUM.applied(lambda: routed)
 
 
 def _groups_as_list(group_assignment):
@@ -99,19 +134,14 @@ def nccl_all_sum(values: Sequence[tf.Tensor], devices: Sequence[str]) -> List[tf
     return nccl_ops.all_sum(placed)
 
 
-@contextlib.contextmanager
-def v1_control_flow() -> Iterator[None]:
+def v1_control_flow() -> ContextManager[None]:
     """Builds `tf.compat.v1.while_loop`/`cond` as TF1 dataflow control flow for the duration.
 
     The training loop needs TF1 loops: the loop body holds whole replicas, with `tf.gradients`, optimizer updates
     of resource variables, and Python-side collections, and a session prunes what replica 0 does not need.
+    Process-wide (`_ProcessWidePatch`): the embedding infeed's thread builds its loops while the main thread does.
     """
-    old = control_flow_util.ENABLE_CONTROL_FLOW_V2
-    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
-    try:
-        yield
-    finally:
-        control_flow_util.ENABLE_CONTROL_FLOW_V2 = old
+    return _CONTROL_FLOW_V2.applied(lambda: False)
 
 
 def summary_writer_initializer_ops() -> list:
@@ -142,15 +172,7 @@ def order_variable_writes_after(tensors, candidate_ops) -> int:
       The number of writes that were ordered.
     """
     roots = [t.op if hasattr(t, "op") else t for t in tensors]
-    ancestors = set()
-    stack = list(roots)
-    while stack:
-        op = stack.pop()
-        if op in ancestors:
-            continue
-        ancestors.add(op)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
+    ancestors = set(graph_walk.ancestor_ops(roots))
     graph = roots[0].graph if roots else None
     initializers = set()
     if graph is not None:
@@ -247,6 +269,20 @@ def mark_for_xla_compilation(ops) -> None:
         op._set_attr("_XlaScope", attr_value_pb2.AttrValue(s=scope.encode()))
 
 
+def set_colocation(op: tf.Operation, names: Sequence[bytes]) -> None:
+    """Sets the op's colocation list (its `_class` attribute of `b"loc:@<op name>"` entries)."""
+    from tensorflow.core.framework import attr_value_pb2
+
+    op._set_attr("_class", attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=list(names))))
+
+
+def chrome_trace(step_stats) -> str:
+    """The Chrome trace (JSON text, chrome://tracing) of a `RunMetadata`'s `step_stats`."""
+    from tensorflow.python.client import timeline
+
+    return timeline.Timeline(step_stats).generate_chrome_trace_format()
+
+
 def variable_reading_through(variable, read: Callable[[], tf.Tensor]):
     """A second Python object for the same resource variable whose dense reads call `read`, or None.
 
@@ -324,34 +360,14 @@ def outside_control_flow(graph: Optional[tf.Graph] = None) -> Iterator[None]:
         set_control_flow_context(graph, context)
 
 
-_recovery_lock = threading.Lock()
-_recovery_depth = 0
-_preemption_errors = None
-
-
-@contextlib.contextmanager
-def without_session_recovery() -> Iterator[None]:
+def without_session_recovery() -> ContextManager[None]:
     """`MonitoredSession` raises Aborted/Unavailable errors instead of re-creating its session.
 
     Its recovery (meant for preempted parameter servers) retries session creation for as long as a worker is down;
     on a cluster a lost host must surface as an error the caller can act on (cluster.py). Process-wide while any
-    caller is inside (nesting and threads counted).
+    caller is inside (`_ProcessWidePatch`).
     """
-    global _recovery_depth, _preemption_errors
-    from tensorflow.python.training import monitored_session
-
-    with _recovery_lock:
-        if _recovery_depth == 0:
-            _preemption_errors = monitored_session._PREEMPTION_ERRORS
-            monitored_session._PREEMPTION_ERRORS = ()
-        _recovery_depth += 1
-    try:
-        yield
-    finally:
-        with _recovery_lock:
-            _recovery_depth -= 1
-            if _recovery_depth == 0:
-                monitored_session._PREEMPTION_ERRORS = _preemption_errors
+    return _PREEMPTION_ERRORS.applied(lambda: ())
 
 
 def variable_value(variable) -> tf.Tensor:

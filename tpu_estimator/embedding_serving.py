@@ -14,6 +14,9 @@ import embedding.serving
 from tpu_estimator import _tf_internal, engine_inputs
 from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
 
+# Off the shards, model_fn's features come from input_fn (CPU path) or from the serving input receiver (export).
+_SOURCE = "the features (of input_fn, or of the serving input receiver when exporting)"
+
 
 def serving_features(spec: EmbeddingConfigSpec, features: Any) -> dict:
     """Features with the embedding activations computed by plain TensorFlow lookups on full tables.
@@ -27,8 +30,7 @@ def serving_features(spec: EmbeddingConfigSpec, features: Any) -> dict:
       ValueError: features is not a dict, or an embedding feature is missing.
     """
     resolved = resolve_embedding_config(spec)
-    if not isinstance(features, dict):
-        raise ValueError("With an embedding_config_spec, features must be a dict; got {}.".format(type(features)))
+    engine_inputs.check_embedding_features(resolved, features, _SOURCE)
     tables = {}
     for name, table in resolved.tables.items():
         tables[name] = tf.compat.v1.get_variable(
@@ -40,12 +42,6 @@ def serving_features(spec: EmbeddingConfigSpec, features: Any) -> dict:
         )
     inputs, weights = collections.OrderedDict(), collections.OrderedDict()
     for feature in resolved.features:
-        if feature.key not in features:
-            raise ValueError(
-                "Embedding feature {!r} (table {!r}) is missing from the serving features.".format(
-                    feature.key, feature.table_name
-                )
-            )
         sequence = feature.max_sequence_length > 0
         inputs[feature.key] = engine_inputs.as_engine_input(features[feature.key], sequence)
         weight = features.get(feature.weight_key) if feature.weight_key else None
@@ -77,18 +73,10 @@ def checked_column_features(spec: EmbeddingConfigSpec, features: Any) -> Any:
       ValueError: features is not a dict, or an input of an embedding column is missing.
     """
     resolved = resolve_embedding_config(spec)
-    if not isinstance(features, dict):
-        raise ValueError("With an embedding_config_spec, features must be a dict; got {}.".format(type(features)))
+    engine_inputs.check_embedding_features(resolved, features, _SOURCE)
     checked = dict(features)
     for feature in resolved.features:
         keys = _tf_internal.categorical_input_keys(feature.column.categorical_column)
-        missing = [k for k in keys if k not in features]
-        if missing:
-            raise ValueError(
-                "Embedding feature {!r} (table {!r}) needs input features {} that are missing.".format(
-                    feature.key, feature.table_name, missing
-                )
-            )
         ids, _ = _tf_internal.categorical_ids(feature.column.categorical_column, features)
         vocabulary_size = resolved.tables[feature.table_name].vocabulary_size
         gate = embedding.serving.check_ids_in_range(ids, vocabulary_size, feature.key, feature.table_name)

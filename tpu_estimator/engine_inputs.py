@@ -1,4 +1,5 @@
-"""Embedding inputs as the engine reads them: ids reshaped per feature kind, and the lengths of sequence features.
+"""Embedding inputs as the engine reads them: the features checked for them, ids reshaped per feature kind, and the
+lengths of sequence features.
 
 Used by the per-step bridge (`embedding_bridge.py`) and by the serving lookups (`embedding_serving.py`).
 """
@@ -6,6 +7,40 @@ Used by the per-step bridge (`embedding_bridge.py`) and by the serving lookups (
 from typing import Any
 
 import tensorflow as tf
+
+from tpu_estimator import _tf_internal
+
+
+def check_embedding_features(resolved: Any, features: Any, source: str) -> None:
+    """Checks that `features` is a dict holding the inputs of every embedding feature: its ids (dict-configured) or
+    the input features its column reads (feature columns). Weights are the caller's to check.
+
+    Args:
+      resolved: the `ResolvedEmbeddingConfig` of the `EmbeddingConfigSpec`.
+      features: the features `model_fn` would get.
+      source: where the features come from, for the messages (e.g. "the features returned by input_fn").
+
+    Raises:
+      ValueError: naming the embedding feature, its table and the missing input.
+    """
+    if not isinstance(features, dict):
+        raise ValueError("With an embedding_config_spec, {} must be a dict; got {}.".format(source, type(features)))
+    for feature in resolved.features:
+        if feature.column is not None:
+            keys = _tf_internal.categorical_input_keys(feature.column.categorical_column)
+            missing = [k for k in keys if k not in features]
+            if missing:
+                raise ValueError(
+                    "Embedding feature {!r} (table {!r}) needs input features {} missing from {}.".format(
+                        feature.key, feature.table_name, missing, source
+                    )
+                )
+        elif feature.key not in features:
+            raise ValueError(
+                "Embedding feature {!r} (table {!r}) is missing from {}.".format(
+                    feature.key, feature.table_name, source
+                )
+            )
 
 
 def as_engine_input(ids: Any, sequence: bool) -> Any:

@@ -4,8 +4,7 @@ import collections
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib
-from tpu_estimator import host_calls as host_calls_lib
+from tpu_estimator import _estimator_lib, host_call_spec
 
 
 class TPUEstimatorSpec(
@@ -55,7 +54,7 @@ class TPUEstimatorSpec(
             calls["eval_metrics"] = eval_metrics
         if host_call is not None:
             calls["host_call"] = host_call
-        host_calls_lib.validate(calls)
+        host_call_spec.validate(calls)
         training_hooks = tuple(training_hooks or [])
         evaluation_hooks = tuple(evaluation_hooks or [])
         prediction_hooks = tuple(prediction_hooks or [])
@@ -85,10 +84,10 @@ class TPUEstimatorSpec(
         """
         eval_metric_ops = None
         if self.eval_metrics is not None:
-            eval_metric_ops = host_calls_lib.call(self.eval_metrics)
+            eval_metric_ops = host_call_spec.call(self.eval_metrics)
         hooks = ()
         if self.host_call is not None:
-            hooks = (host_calls_lib.CpuHostCallHook(host_calls_lib.call(self.host_call)),)
+            hooks = (host_call_spec.CpuHostCallHook(host_call_spec.call(self.host_call)),)
         scaffold = call_scaffold_fn(self.scaffold_fn)
         return _estimator_lib.EstimatorSpec(
             mode=self.mode,

@@ -21,9 +21,9 @@ ops get another op seed on each replica, so the replicas draw different numbers 
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2, graph_pb2
+from tensorflow.core.framework import graph_pb2
 
-from tpu_estimator import _tf_internal, replication
+from tpu_estimator import _tf_internal, graph_walk, replication
 from tpu_estimator.replica_context import ReplicaContext, ReplicaCoordinator
 
 _ENTER_OPS = ("Enter", "RefEnter")
@@ -140,15 +140,13 @@ class StampingCoordinator(ReplicaCoordinator):
     def _mark_built_between(self, values: List[tf.Tensor], outputs: List[tf.Tensor]) -> None:
         """Notes the reduction's ops (from `values` to `outputs`) as the stamper's: no replica copies them."""
         stop = {_tf_internal.op_id(v.op) for v in values}
-        stack = [t.op for t in outputs]
-        while stack:
-            op = stack.pop()
+
+        def outside(op: tf.Operation) -> bool:
             op_id = _tf_internal.op_id(op)
-            if op_id in stop or op_id in self._own_ids or op_id < self._first_id:
-                continue
-            self._own_ids.add(op_id)
-            stack.extend(x.op for x in op.inputs)
-            stack.extend(op.control_inputs)
+            return op_id in stop or op_id in self._own_ids or op_id < self._first_id
+
+        for op in graph_walk.ancestor_ops([t.op for t in outputs], prune=outside):
+            self._own_ids.add(_tf_internal.op_id(op))
 
     def build_update(self, build: Callable[[], Any], optimizer: Any) -> Any:
         """Replica 0's optimizer update: built once, run once (the other replicas never build one)."""
@@ -207,21 +205,20 @@ class StampingCoordinator(ReplicaCoordinator):
         """The ops of replica 0 that `roots` depend on and `replica` has no copy of yet, by op id; and whether
         they depend on a reduction not built yet."""
         tensors, copies = self._tensors[replica], self._copies[replica]
-        todo = {}
-        needs_pending = False
-        stack = list(roots)
-        while stack:
-            op = stack.pop()
+        pending = []
+
+        def skipped(op: tf.Operation) -> bool:  # copied already, shared, or the result of a pending reduction
             op_id = _tf_internal.op_id(op)
-            if op_id in todo or op_id in copies or self._shared(op):
-                continue
+            if op_id in copies or self._shared(op):
+                return True
             if op_id in self._pending_ids:
-                needs_pending = True
-                continue
-            todo[op_id] = op
-            stack.extend(x.op for x in op.inputs if x.ref() not in tensors)
-            stack.extend(op.control_inputs)
-        return todo, needs_pending
+                pending.append(op)
+                return True
+            return False
+
+        ops = graph_walk.ancestor_ops(roots, prune=skipped, follow=lambda x: x.ref() not in tensors)
+        todo = {_tf_internal.op_id(op): op for op in ops}
+        return todo, bool(pending)
 
     def _copy(self, replica: int, roots: Sequence[tf.Operation]) -> None:
         """Copies onto `replica` the ops of replica 0 that `roots` depend on (those not copied yet)."""
@@ -287,7 +284,7 @@ class StampingCoordinator(ReplicaCoordinator):
                     target = graph.get_operation_by_name(name)
                     target = self._copies[replica].get(_tf_internal.op_id(target), target)
                     mapped.append(b"loc:@" + target.name.encode())
-                copy._set_attr("_class", attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(s=mapped)))
+                _tf_internal.set_colocation(copy, mapped)
 
     def _place(self, node, op: tf.Operation, replica: int, todo: Dict[int, tf.Operation]) -> List[str]:
         """Sets the copy's device, loop frame and op seed; returns the names of the ops it is colocated with.

@@ -13,6 +13,7 @@ from typing import Any, Iterator, List, Optional
 
 import tensorflow as tf
 
+from tpu_estimator.estimator_core.checkpoint_step import reached_max_steps
 from tpu_estimator.finite_checkpoints import FiniteCheckpointListener
 from tpu_estimator.model_dir_lock import ModelDirLock
 
@@ -30,17 +31,6 @@ class GuardedTraining(object):
     def __init__(self, already_done: bool, saving_listeners: List[Any]):
         self.already_done = already_done
         self.saving_listeners = saving_listeners
-
-
-def checkpoint_global_step(model_dir: str) -> Optional[int]:
-    """The global step of the latest checkpoint in `model_dir`, or None without one."""
-    path = tf.train.latest_checkpoint(model_dir)
-    if path is None:
-        return None
-    try:
-        return int(tf.train.load_variable(path, tf.compat.v1.GraphKeys.GLOBAL_STEP))
-    except (tf.errors.NotFoundError, ValueError):
-        return None
 
 
 @contextlib.contextmanager
@@ -66,9 +56,8 @@ def guard_training(
     if lock is not None:
         lock.acquire()
     try:
-        found = checkpoint_global_step(estimator.model_dir)
-        # Invalid step arguments are left to the Estimator's own checks.
-        if steps is None and isinstance(max_steps, int) and max_steps > 0 and found is not None and found >= max_steps:
+        found = reached_max_steps(estimator.model_dir, steps, max_steps)
+        if found is not None:
             _log.warning(
                 "Not training: the latest checkpoint in %s is at global step %d, max_steps=%d is already reached. "
                 "Raise max_steps (or pass steps) to train further.",

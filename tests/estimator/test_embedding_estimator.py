@@ -283,6 +283,25 @@ def test_missing_embedding_feature_is_named(tmp_path):
         estimator.train(partial_input_fn, max_steps=1)
 
 
+def test_missing_embedding_inputs_are_named_off_the_shards():
+    """The CPU path and export check the features as training does (one check: `engine_inputs`)."""
+    from tpu_estimator import embedding_serving
+
+    spec = make_spec(tex.AdagradParameters(0.1))
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError, match=r"Embedding feature 'b' \(table 't2'\) is missing from the features"):
+            embedding_serving.serving_features(spec, {"a": tf.constant([[1]]), "c": tf.constant([[2]])})
+        with pytest.raises(ValueError, match="With an embedding_config_spec, the features .* must be a dict"):
+            embedding_serving.serving_features(spec, tf.constant([[1]]))
+        cat_a = tf.feature_column.categorical_column_with_identity("a", 10)
+        column = tf.compat.v1.tpu.experimental.embedding_column(cat_a, 4)
+        column_spec = tex.EmbeddingConfigSpec(
+            feature_columns=[column], optimization_parameters=tex.StochasticGradientDescentParameters(0.1)
+        )
+        with pytest.raises(ValueError, match=r"needs input features \['a'\] missing from the features"):
+            embedding_serving.checked_column_features(column_spec, {"b": tf.constant([[1]])})
+
+
 def test_spec_validation():
     with pytest.raises(ValueError, match="Exactly one of `feature_columns` and the pair"):
         tex.EmbeddingConfigSpec()

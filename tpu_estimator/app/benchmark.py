@@ -414,10 +414,10 @@ def _run_line(
 
 def _write_trace(run_metadata, path: str) -> Dict[str, float]:
     """Writes a Chrome timeline and returns `{op type: summed microseconds}` (top 25 by time)."""
-    from tensorflow.python.client import timeline
+    from tpu_estimator import _tf_internal
 
     with open(path, "w") as f:
-        f.write(timeline.Timeline(run_metadata.step_stats).generate_chrome_trace_format())
+        f.write(_tf_internal.chrome_trace(run_metadata.step_stats))
     totals: Dict[str, float] = {}
     for dev in run_metadata.step_stats.dev_stats:
         for node in dev.node_stats:

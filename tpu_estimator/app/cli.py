@@ -45,7 +45,6 @@ Errors are one line on stderr: exit status 2 for a problem with the command line
 1 for other failures (--traceback shows the full traceback).
 """
 
-import dataclasses
 import os
 import sys
 from typing import List, Optional
@@ -55,6 +54,7 @@ from absl import app, flags
 import tpu_estimator
 from tpu_estimator.app import config_file
 from tpu_estimator.app.errors import CliError
+from tpu_estimator.app.run_config_file import load
 
 FLAGS = flags.FLAGS
 PROG = "tpu-estimator"
@@ -188,34 +188,6 @@ def flags_help(flag_values: flags.FlagValues = FLAGS) -> str:
 
 # ---------------------------------------------------------------------------------------------------------------
 # The config (validated before TensorFlow is imported).
-
-
-def load(flag_values: flags.FlagValues = FLAGS, config_path: Optional[str] = None) -> config_file.Config:
-    """The config of --config (or `config_path`, or MODEL_DIR/config.yaml) with --set overrides and --model_dir.
-
-    Raises:
-      CliError: no config, or a validation error (its message names the file and the key path).
-    """
-    path = flag_values.config or config_path
-    if not path and flag_values.model_dir:
-        saved = os.path.join(flag_values.model_dir, "config.yaml")
-        if os.path.isfile(saved):
-            path = saved
-    if not path:
-        raise CliError(
-            "--config is required: a YAML file or a built-in config name "
-            f"({', '.join(config_file.builtin_config_names())}), or a --model_dir holding a config.yaml"
-        )
-    try:
-        path = config_file.resolve_config_path(path)
-        config = config_file.load_config(path, flag_values.set)
-    except FileNotFoundError as e:
-        raise CliError(f"--config: {e}") from None
-    except ValueError as e:
-        raise CliError(str(e)) from None
-    if flag_values.model_dir:
-        config = dataclasses.replace(config, model_dir=flag_values.model_dir)
-    return config
 
 
 def require_model_dir(config: config_file.Config) -> str:

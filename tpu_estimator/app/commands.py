@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from tpu_estimator.app import config_file, models
+from tpu_estimator.app import config_file, models, run_config_file
 from tpu_estimator.app import predict as cli_predict
 from tpu_estimator.app import progress as cli_progress
 from tpu_estimator.app.errors import CliError
@@ -253,15 +253,13 @@ def export(config: config_file.Config, flag_values: flags.FlagValues) -> Dict[st
 
 
 def _predict_config(flag_values: flags.FlagValues) -> config_file.Config:
-    from tpu_estimator.app import cli
-
     export_dir = flag_values.export_dir
     path = cli_predict.export_config_path(export_dir) if export_dir else None
     if not path or not tf.io.gfile.exists(path):
         if export_dir and not tf.io.gfile.exists(os.path.join(export_dir, "saved_model.pb")):
             raise CliError(f"--export_dir: {export_dir} is not a SavedModel (no saved_model.pb)")
         raise CliError("predict: --config is required (or an --export_dir written by the export command)")
-    return cli.load(flag_values, config_path=path)
+    return run_config_file.load(flag_values, config_path=path)
 
 
 def predict(config: Optional[config_file.Config], flag_values: flags.FlagValues) -> Dict[str, Any]:

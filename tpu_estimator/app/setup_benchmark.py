@@ -221,12 +221,11 @@ def _estimator(p: SetupProgram, implementation: str, shards: int, model_dir: str
 def _timed_phases(phases: Dict[str, float], implementation: str):
     """Within the block, adds the seconds spent in each of TensorFlow's setup functions to `phases` (by name)."""
     import tensorflow as tf
-    from tensorflow.python.training import session_manager
 
     hooks = tf.compat.v1.train
     timed = [
         (hooks.Scaffold, "finalize", "Scaffold.finalize"),
-        (session_manager.SessionManager, "prepare_session", "session: create, initialise or restore"),
+        (hooks.SessionManager, "prepare_session", "session: create, initialise or restore"),
         (hooks.CheckpointSaverHook, "after_create_session", "initial checkpoint and graph.pbtxt"),
         (hooks.Saver, "save", "Saver.save, all calls"),
     ]

@@ -19,7 +19,8 @@ import uuid
 import tensorflow as tf
 from google.protobuf import text_format
 from google.protobuf.internal import api_implementation
-from tensorflow.python.framework import meta_graph
+
+from tpu_estimator.estimator_core import _tf_internal
 
 # The collection listing a graph's TensorBoard plugin assets (`tensorflow/python/summary/plugin_asset.py`), which
 # `FileWriter.add_graph` writes beside the graph.
@@ -74,7 +75,7 @@ class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
         if self._save_graph_def:
             write_graph_text(graph_def, self._checkpoint_dir, "graph.pbtxt")
         saver = self._get_saver()
-        meta_graph_def = meta_graph.create_meta_graph_def(
+        meta_graph_def = _tf_internal.create_meta_graph_def(
             graph_def=graph_def, saver_def=saver.saver_def if saver else None
         )
         if graph.get_collection(_PLUGIN_ASSETS_COLLECTION):

@@ -12,12 +12,11 @@ import os
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import tensorflow as tf
-from tensorflow.python.eager import context
-from tensorflow.python.saved_model import model_utils
-from tensorflow.python.training import evaluation, training_util
 
 from tpu_estimator.estimator_core import (
+    _tf_internal,
     checkpoint_saver,
+    checkpoint_step,
     estimator_config,
     eval_metrics,
     eval_summaries,
@@ -103,7 +102,7 @@ class Estimator(object):
           ValueError: `model_dir` has no checkpoint yet.
         """
         _check_checkpoint_available(self.model_dir)
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             return tf.train.load_variable(self.model_dir, name)
 
     def get_variable_names(self) -> List[str]:
@@ -113,12 +112,12 @@ class Estimator(object):
           ValueError: `model_dir` has no checkpoint yet.
         """
         _check_checkpoint_available(self.model_dir)
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             return [name for name, _ in tf.train.list_variables(self.model_dir)]
 
     def latest_checkpoint(self) -> Optional[str]:
         """The path of the latest checkpoint in `model_dir`, or None."""
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             return tf.train.latest_checkpoint(self.model_dir)
 
     def eval_dir(self, name: Optional[str] = None) -> str:
@@ -149,14 +148,14 @@ class Estimator(object):
                 "Train has been called wrong configuration. Please use tf.estimator.train_and_evaluate which calls "
                 "proper API according to given configuration. Current configuration: {}.".format(self.config)
             )
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             if steps is not None and max_steps is not None:
                 raise ValueError("Can not provide both steps and max_steps.")
             if steps is not None and steps <= 0:
                 raise ValueError("Must specify steps > 0, given: {}".format(steps))
             if max_steps is not None and max_steps <= 0:
                 raise ValueError("Must specify max_steps > 0, given: {}".format(max_steps))
-            if max_steps is not None and max_steps <= _global_step_in_checkpoint(self._model_dir):
+            if checkpoint_step.reached_max_steps(self._model_dir, steps, max_steps) is not None:
                 tf.compat.v1.logging.info("Skipping training since max_steps has already saved.")
                 return self
             hooks = _check_hooks_type(hooks)
@@ -179,7 +178,7 @@ class Estimator(object):
             global_step_tensor = self._create_and_assert_global_step(g)
             if global_step_tensor is not None:
                 # The cached read of the global step that hooks and the optimizer share.
-                training_util._get_or_create_global_step_read(g)
+                _tf_internal.get_or_create_global_step_read(g)
             features, labels, input_hooks = self._get_features_and_labels_from_input_fn(input_fn, ModeKeys.TRAIN)
             worker_hooks.extend(input_hooks)
             estimator_spec = self._call_model_fn(features, labels, ModeKeys.TRAIN, self.config)
@@ -269,10 +268,7 @@ class Estimator(object):
                     "There should be a CheckpointSaverHook to use saving_listeners. Please set one of the "
                     "RunConfig.save_checkpoints_steps or RunConfig.save_checkpoints_secs."
                 )
-            for listener in saving_listeners:
-                # CheckpointSaverHook has no public way to add listeners after construction.
-                if listener not in saver_hooks[0]._listeners:
-                    saver_hooks[0]._listeners.append(listener)
+            _tf_internal.add_checkpoint_listeners(saver_hooks[0], saving_listeners)
         return chief_hooks
 
     def _summary_cadence(self, estimator_spec, worker_hooks):
@@ -324,18 +320,10 @@ class Estimator(object):
         Raises:
           ValueError: `steps <= 0`, or a metric named `loss` or `global_step` in `model_fn`'s.
         """
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             hooks = _check_hooks_type(hooks)
             hooks.extend(self._convert_eval_steps_to_hooks(steps))
-            if not checkpoint_path:
-                latest_path = tf.train.latest_checkpoint(self._model_dir)
-                if not latest_path:
-                    tf.compat.v1.logging.info(
-                        "Could not find trained model in model_dir: {}, running initialization to evaluate.".format(
-                            self._model_dir
-                        )
-                    )
-                checkpoint_path = latest_path
+            checkpoint_path = self._checkpoint_to_read(checkpoint_path, "evaluate")
             with tf.Graph().as_default():
                 scaffold, update_op, eval_dict, all_hooks = self._evaluate_build_graph(input_fn, hooks, checkpoint_path)
                 return self._evaluate_run(
@@ -347,6 +335,18 @@ class Estimator(object):
                     output_dir=self.eval_dir(name),
                 )
 
+    def _checkpoint_to_read(self, checkpoint_path: Optional[str], action: str) -> Optional[str]:
+        """`checkpoint_path`, else the latest checkpoint in `model_dir`; None (logged: the variables are initialised
+        instead) without one."""
+        checkpoint_path = checkpoint_path or tf.train.latest_checkpoint(self._model_dir)
+        if not checkpoint_path:
+            tf.compat.v1.logging.info(
+                "Could not find trained model in model_dir: {}, running initialization to {}.".format(
+                    self._model_dir, action
+                )
+            )
+        return checkpoint_path
+
     def _convert_eval_steps_to_hooks(self, steps):
         """The hook that stops evaluation after `steps` batches.
 
@@ -357,7 +357,7 @@ class Estimator(object):
             return []
         if steps <= 0:
             raise ValueError("Must specify steps > 0, given: {}".format(steps))
-        return [evaluation._StopAfterNEvalsHook(num_evals=steps)]
+        return [_tf_internal.stop_after_n_evals_hook(steps)]
 
     def _evaluate_build_graph(self, input_fn, hooks, checkpoint_path):
         tf.compat.v1.random.set_random_seed(self._config.tf_random_seed)
@@ -381,7 +381,7 @@ class Estimator(object):
         all_hooks.extend(list(estimator_spec.evaluation_hooks or []))
         if scaffold and scaffold.local_init_op:
             # The user's local_init_op replaces the default one, which would initialise the eval step counter.
-            evaluation._get_or_create_eval_step()
+            _tf_internal.get_or_create_eval_step()
             scaffold = tf.compat.v1.train.Scaffold(
                 local_init_op=tf.group(scaffold.local_init_op, tf.compat.v1.train.Scaffold.default_local_init_op()),
                 copy_from_scaffold=scaffold,
@@ -389,7 +389,7 @@ class Estimator(object):
         return scaffold, update_op, eval_dict, all_hooks
 
     def _evaluate_run(self, checkpoint_path, scaffold, update_op, eval_dict, all_hooks, output_dir):
-        eval_results = evaluation._evaluate_once(
+        eval_results = _tf_internal.evaluate_once(
             checkpoint_path=checkpoint_path,
             master=self._config.evaluation_master,
             scaffold=scaffold,
@@ -429,16 +429,9 @@ class Estimator(object):
           ValueError: `predict_keys` with non-dict predictions or matching none, or predictions of different
             batch lengths with `yield_single_examples`.
         """
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             hooks = _check_hooks_type(hooks)
-            if not checkpoint_path:
-                checkpoint_path = tf.train.latest_checkpoint(self._model_dir)
-            if not checkpoint_path:
-                tf.compat.v1.logging.info(
-                    "Could not find trained model in model_dir: {}, running initialization to predict.".format(
-                        self._model_dir
-                    )
-                )
+            checkpoint_path = self._checkpoint_to_read(checkpoint_path, "predict")
             with tf.Graph().as_default() as g:
                 tf.compat.v1.random.set_random_seed(self._config.tf_random_seed)
                 self._create_and_assert_global_step(g)
@@ -572,7 +565,7 @@ class Estimator(object):
         checkpoint_path=None,
         strip_default_attrs=True,
     ):
-        with context.graph_mode():
+        with _tf_internal.graph_mode():
             if not checkpoint_path:
                 checkpoint_path = self.latest_checkpoint()
             if not checkpoint_path:
@@ -581,8 +574,8 @@ class Estimator(object):
                 checkpoint_path = self._warm_start_settings.ckpt_to_initialize_from
                 if tf.compat.v1.gfile.IsDirectory(checkpoint_path):
                     checkpoint_path = tf.train.latest_checkpoint(checkpoint_path)
-            export_dir = model_utils.get_timestamped_export_dir(export_dir_base)
-            temp_export_dir = model_utils.get_temp_export_dir(export_dir)
+            export_dir = _tf_internal.get_timestamped_export_dir(export_dir_base)
+            temp_export_dir = _tf_internal.get_temp_export_dir(export_dir)
             builder = tf.compat.v1.saved_model.Builder(temp_export_dir)
             save_variables = True
             # The first metagraph added saves the variables; TRAIN, EVAL, PREDICT is upstream's order.
@@ -632,7 +625,7 @@ class Estimator(object):
           ValueError: `save_variables` without `check_variables`, or variables missing from the checkpoint.
         """
         if export_tags is None:
-            export_tags = model_utils.EXPORT_TAG_MAP[mode]
+            export_tags = _tf_internal.EXPORT_TAG_MAP[mode]
         input_receiver_fn = input_receiver_fn_map[mode]
         with tf.Graph().as_default() as g:
             self._create_and_assert_global_step(g)
@@ -754,14 +747,3 @@ def _check_listeners_type(saving_listeners) -> list:
         if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
             raise TypeError("saving_listeners must be a list of CheckpointSaverListener, given: {}".format(listener))
     return listeners
-
-
-def _global_step_in_checkpoint(checkpoint_dir: str) -> int:
-    """The global step of the latest checkpoint in `checkpoint_dir`; 0 without one."""
-    latest = tf.train.latest_checkpoint(checkpoint_dir)
-    if not latest:
-        return 0
-    try:
-        return tf.compat.v1.train.NewCheckpointReader(latest).get_tensor(tf.compat.v1.GraphKeys.GLOBAL_STEP)
-    except (tf.errors.OpError, ValueError):  # No global step in the checkpoint.
-        return 0

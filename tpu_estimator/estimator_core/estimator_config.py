@@ -3,8 +3,8 @@
 import tempfile
 
 import tensorflow as tf
-from tensorflow.python.training import device_setter
 
+from tpu_estimator.estimator_core import _tf_internal
 from tpu_estimator.estimator_core import run_config as run_config_lib
 from tpu_estimator.estimator_core.cluster import path_to_str
 
@@ -49,6 +49,6 @@ def replica_device_setter(config):
         ps_tasks=config.num_ps_replicas,
         worker_device=worker_device,
         merge_devices=True,
-        ps_ops=list(device_setter.STANDARD_PS_OPS),
+        ps_ops=list(_tf_internal.STANDARD_PS_OPS),
         cluster=config.cluster_spec,
     )

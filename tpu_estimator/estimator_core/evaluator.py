@@ -11,7 +11,8 @@ import time
 from typing import Any, List, Optional
 
 import tensorflow as tf
-from tensorflow.python.training import basic_session_run_hooks
+
+from tpu_estimator.estimator_core import _tf_internal
 
 _WARNING_INTERVAL_SECS = 600
 
@@ -116,7 +117,7 @@ class EvaluateAfterCheckpoint(tf.compat.v1.train.CheckpointSaverListener):
         self._is_first_run = True
 
     def begin(self) -> None:
-        self._timer = basic_session_run_hooks.SecondOrStepTimer(every_secs=self._eval_throttle_secs)
+        self._timer = _tf_internal.SecondOrStepTimer(every_secs=self._eval_throttle_secs)
         self._is_first_run = True
 
     def after_save(self, session, global_step_value) -> None:

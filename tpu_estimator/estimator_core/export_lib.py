@@ -1,6 +1,6 @@
 """Everything for SavedModel export in one namespace: receivers, receiver-fn builders, outputs, signatures."""
 
-from tensorflow.python.saved_model.model_utils import (
+from tpu_estimator.estimator_core._tf_internal import (
     EXPORT_TAG_MAP,
     SIGNATURE_KEY_MAP,
     build_all_signature_defs,
@@ -9,7 +9,6 @@ from tensorflow.python.saved_model.model_utils import (
     get_temp_export_dir,
     get_timestamped_export_dir,
 )
-
 from tpu_estimator.estimator_core.export_output import (
     ClassificationOutput,
     EvalOutput,

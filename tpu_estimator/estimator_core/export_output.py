@@ -1,6 +1,6 @@
 """The `ExportOutput` classes of SavedModel signatures (TensorFlow core keeps them in `model_utils`)."""
 
-from tensorflow.python.saved_model.model_utils.export_output import (
+from tpu_estimator.estimator_core._tf_internal import (
     ClassificationOutput,
     EvalOutput,
     ExportOutput,

@@ -3,9 +3,8 @@
 from typing import Any, List, Tuple
 
 import tensorflow as tf
-from tensorflow.python.util import function_utils
 
-fn_args = function_utils.fn_args
+from tpu_estimator.estimator_core._tf_internal import fn_args as fn_args  # the arguments a function takes
 
 
 class DatasetInitializerHook(tf.compat.v1.train.SessionRunHook):

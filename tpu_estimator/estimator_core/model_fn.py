@@ -4,8 +4,8 @@ import collections
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.saved_model import model_utils
 
+from tpu_estimator.estimator_core import _tf_internal
 from tpu_estimator.estimator_core.inputs import fn_args
 from tpu_estimator.estimator_core.mode_keys import ModeKeys
 
@@ -78,7 +78,7 @@ class EstimatorSpec(
         loss = _validate_loss(loss, mode)
         predictions = _validate_predictions(predictions, mode)
         if mode == ModeKeys.PREDICT:
-            export_outputs = model_utils.get_export_outputs(export_outputs, predictions)
+            export_outputs = _tf_internal.get_export_outputs(export_outputs, predictions)
         return super(EstimatorSpec, cls).__new__(
             cls,
             mode=mode,

@@ -4,19 +4,15 @@ import os
 from typing import Any, Dict
 
 import tensorflow as tf
-from tensorflow.python.checkpoint import checkpoint as trackable_util
-from tensorflow.python.checkpoint import graph_view
-from tensorflow.python.saved_model import model_utils
 
+from tpu_estimator.estimator_core import _tf_internal
 from tpu_estimator.estimator_core.mode_keys import ModeKeys
 
 
 def graph_saver(scaffold: tf.compat.v1.train.Scaffold) -> tf.compat.v1.train.Saver:
     """The scaffold's saver (a `tf.train.Checkpoint` made a name-based one), or a sharded `Saver`."""
-    if isinstance(scaffold.saver, trackable_util.Checkpoint):
-        return tf.compat.v1.train.Saver(
-            var_list=graph_view.ObjectGraphView(scaffold.saver).frozen_saveable_objects(), sharded=True
-        )
+    if _tf_internal.is_object_checkpoint(scaffold.saver):
+        return tf.compat.v1.train.Saver(var_list=_tf_internal.checkpoint_saveables(scaffold.saver), sharded=True)
     return scaffold.saver or tf.compat.v1.train.Saver(sharded=True)
 
 
@@ -37,14 +33,14 @@ def add_meta_graph(
     Raises:
       ValueError: `save_variables` without `check_variables`, or the checkpoint lacks variables the graph has.
     """
-    export_outputs = model_utils.export_outputs_for_mode(
+    export_outputs = _tf_internal.export_outputs_for_mode(
         mode=estimator_spec.mode,
         serving_export_outputs=estimator_spec.export_outputs,
         predictions=estimator_spec.predictions,
         loss=estimator_spec.loss,
         metrics=estimator_spec.eval_metric_ops,
     )
-    signature_def_map = model_utils.build_all_signature_defs(
+    signature_def_map = _tf_internal.build_all_signature_defs(
         input_receiver.receiver_tensors,
         export_outputs,
         getattr(input_receiver, "receiver_tensors_alternatives", None),
@@ -68,7 +64,7 @@ def add_meta_graph(
                     "{}".format(mode, checkpoint_path, e)
                 )
         # The train op goes into the SavedModel's collection so TRAIN graphs can be resumed.
-        builder._add_train_op(estimator_spec.train_op)
+        _tf_internal.add_train_op_to_saved_model(builder, estimator_spec.train_op)
         kwargs = dict(
             tags=export_tags,
             signature_def_map=signature_def_map,

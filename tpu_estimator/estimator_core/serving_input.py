@@ -4,12 +4,12 @@ import collections
 from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
-from tensorflow.python.saved_model.model_utils.export_utils import (
+
+from tpu_estimator.estimator_core._tf_internal import (
     SINGLE_FEATURE_DEFAULT_NAME,
     SINGLE_LABEL_DEFAULT_NAME,
     SINGLE_RECEIVER_DEFAULT_NAME,
 )
-
 from tpu_estimator.estimator_core.inputs import parse_input_fn_result
 
 _SINGLE_TENSOR_DEFAULT_NAMES = {

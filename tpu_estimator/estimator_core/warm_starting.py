@@ -5,7 +5,8 @@ import os
 from typing import Optional, Union
 
 import tensorflow as tf
-from tensorflow.python.saved_model import path_helpers
+
+from tpu_estimator.estimator_core import _tf_internal
 
 VocabInfo = tf.compat.v1.train.VocabInfo
 
@@ -63,11 +64,11 @@ def default_warm_start_settings(
         warm_start_from = os.fspath(warm_start_from)
     if isinstance(warm_start_from, (str, bytes)):
         index = os.path.join(
-            tf.compat.as_text(path_helpers.get_variables_dir(warm_start_from)), tf.compat.as_text("variables.index")
+            tf.compat.as_text(_tf_internal.get_variables_dir(warm_start_from)), tf.compat.as_text("variables.index")
         )
         if tf.compat.v1.gfile.Exists(index):
             tf.compat.v1.logging.info("Warm-starting from a SavedModel")
-            return WarmStartSettings(ckpt_to_initialize_from=path_helpers.get_variables_path(warm_start_from))
+            return WarmStartSettings(ckpt_to_initialize_from=_tf_internal.get_variables_path(warm_start_from))
         return WarmStartSettings(ckpt_to_initialize_from=warm_start_from)
     if isinstance(warm_start_from, WarmStartSettings):
         return warm_start_from

@@ -57,7 +57,7 @@ _DENSE_PATTERN = re.compile(_DENSE_REGEX)
 _MISSING_DENSE = np.iinfo(np.int64).min
 
 # Dataset functions here have no Python control flow on tensors: skip AutoGraph (it costs seconds per reader).
-_no_autograph = tf.autograph.experimental.do_not_convert
+no_autograph = tf.autograph.experimental.do_not_convert
 
 VocabSizes = Union[int, Sequence[int]]
 FilePatterns = Union[str, Sequence[str]]
@@ -291,7 +291,8 @@ def list_files(file_patterns: FilePatterns) -> List[str]:
     return sorted(set(files))
 
 
-def _check_sharding(input_pipeline_id: int, num_pipelines: int) -> None:
+def check_sharding(input_pipeline_id: int, num_pipelines: int) -> None:
+    """Raises ValueError unless `0 <= input_pipeline_id < num_pipelines` (an input pipeline's shard of the files)."""
     if num_pipelines < 1 or not 0 <= input_pipeline_id < num_pipelines:
         raise ValueError(
             f"Need 0 <= input_pipeline_id < num_pipelines, got input_pipeline_id={input_pipeline_id}, "
@@ -326,7 +327,7 @@ def _record_dataset(
     files every pipeline reads all of them and keeps every `num_pipelines`-th record (file order then not
     shuffled, so the pipelines split the records exactly).
     """
-    _check_sharding(input_pipeline_id, num_pipelines)
+    check_sharding(input_pipeline_id, num_pipelines)
     all_files = list_files(file_patterns)
     if numbered and len(all_files) >= 1 << (63 - _POSITION_LINE_BITS):
         raise ValueError(
@@ -354,14 +355,14 @@ def _record_dataset(
     if shuffle and len(indices) > 1:
         # Mix examples of several files (deterministically, so line sharding stays exact).
         ds = ds.interleave(
-            _no_autograph(read),
+            no_autograph(read),
             cycle_length=min(len(indices), 8),
             block_length=1,
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
     else:
-        ds = ds.flat_map(_no_autograph(read))  # files one after the other, in sorted order
+        ds = ds.flat_map(no_autograph(read))  # files one after the other, in sorted order
     if not shard_files and num_pipelines > 1:
         ds = ds.shard(num_pipelines, input_pipeline_id)
     return ds, all_files
@@ -422,7 +423,7 @@ def tsv_raw_dataset(
     ds = _finish(ds, shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size, seed=seed, num_epochs=num_epochs)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     return ds.map(
-        _no_autograph(
+        no_autograph(
             lambda position, line: parse_tsv_lines(
                 line, *record_origin(position, files), skip_malformed, malformed_counter, allow_unlabeled
             )
@@ -491,7 +492,7 @@ def criteo_tsv_dataset(
         # Skipped lines make batches short: regroup into full batches.
         ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
     ds = ds.map(
-        _no_autograph(lambda *raw: raw_to_features(*raw, sizes)),
+        no_autograph(lambda *raw: raw_to_features(*raw, sizes)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
@@ -552,7 +553,7 @@ def criteo_tfrecord_dataset(
     ds = _finish(ds, shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size, seed=seed, num_epochs=num_epochs)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder)
     ds = ds.map(
-        _no_autograph(lambda rec: raw_to_features(*parse_examples(rec, allow_unlabeled), sizes)),
+        no_autograph(lambda rec: raw_to_features(*parse_examples(rec, allow_unlabeled), sizes)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )

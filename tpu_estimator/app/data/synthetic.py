@@ -334,7 +334,7 @@ class SyntheticCriteo:
           Batches as `criteo.criteo_tsv_dataset` yields them for the same examples (same values, and the same
           order when `num_pipelines` is 1).
         """
-        criteo._check_sharding(input_pipeline_id, num_pipelines)
+        criteo.check_sharding(input_pipeline_id, num_pipelines)
         sizes = criteo.resolve_vocab_sizes(self.spec.cardinalities if vocab_sizes is None else vocab_sizes)
         if num_examples is None:
             blocks = tf.data.Dataset.range(2**62)
@@ -362,7 +362,7 @@ class SyntheticCriteo:
             return label, dense, present, cat
 
         ds = blocks.map(
-            criteo._no_autograph(gen),
+            criteo.no_autograph(gen),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
@@ -370,7 +370,7 @@ class SyntheticCriteo:
             ds = ds.repeat(num_epochs)
         ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
         ds = ds.map(
-            criteo._no_autograph(lambda *raw: criteo.raw_to_features(*raw, sizes)),
+            criteo.no_autograph(lambda *raw: criteo.raw_to_features(*raw, sizes)),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )

@@ -1,0 +1,31 @@
+"""The global step of a model directory's latest checkpoint, and whether `train(max_steps=...)` has reached it.
+
+Shared by our `Estimator.train` (which then trains nothing, as upstream's) and `TPUEstimator.train`'s guard on both
+Estimator cores (`tpu_estimator/train_guard.py`, which also warns).
+"""
+
+import numbers
+from typing import Optional
+
+import tensorflow as tf
+
+
+def checkpoint_global_step(model_dir: str) -> Optional[int]:
+    """The global step of the latest checkpoint in `model_dir`; None without a checkpoint or a global step in it."""
+    path = tf.train.latest_checkpoint(model_dir)
+    if path is None:
+        return None
+    try:
+        return int(tf.train.load_variable(path, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+    except (tf.errors.OpError, ValueError):
+        return None
+
+
+def reached_max_steps(model_dir: str, steps: Optional[int], max_steps: Optional[int]) -> Optional[int]:
+    """The latest checkpoint's global step when `train(steps=steps, max_steps=max_steps)` has no step to run:
+    `max_steps` alone, positive and reached by that step. None otherwise (invalid arguments included, which are the
+    Estimator's to refuse)."""
+    if steps is not None or not isinstance(max_steps, numbers.Real) or max_steps <= 0:
+        return None
+    found = checkpoint_global_step(model_dir)
+    return found if found is not None and found >= max_steps else None
