@@ -18,7 +18,7 @@ resource registration) behind a small API:
 """
 
 import logging
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -44,6 +44,9 @@ _ops.register_proto_function(
 
 #: Local name under which a logical tensor is serialized by `tf.train.Checkpoint` (same as tf.Variable).
 VARIABLE_VALUE_KEY = _trackable_base.VARIABLE_VALUE_KEY
+
+#: The base class of objects `tf.train.Checkpoint` saves and restores.
+Trackable = _trackable_base.Trackable
 
 
 def create_shard_variable(
@@ -246,6 +249,8 @@ class LogicalTensor(_trackable_base.Trackable):
         self.host_device = host_device or ""
         self._assemble = assemble
         self._split = split
+        # Set by the owner for one `tf.train.Checkpoint` restore: `hook(self, restored_tensors)` restores instead.
+        self.restore_hook: Optional[Callable[["LogicalTensor", Dict[str, Any]], Any]] = None
         # What a TF1 Saver saves: one read per shard (`row_slices`) or of the assembled tensor, built once per graph
         # for every saveable of this tensor.
         if self.row_slices is not None:
@@ -311,11 +316,34 @@ class LogicalTensor(_trackable_base.Trackable):
         return {VARIABLE_VALUE_KEY: self.read()}
 
     def _restore_from_tensors(self, restored_tensors):
+        hook, self.restore_hook = self.restore_hook, None
+        if hook is not None:
+            return hook(self, restored_tensors)
         return self.assign(restored_tensors[VARIABLE_VALUE_KEY])
 
     def _gather_saveables_for_checkpoint(self):
         # TF1 Saver given this object directly in var_list: save under the exact key.
         return {VARIABLE_VALUE_KEY: lambda name=None: _LogicalSaveable(self, self.key)}
+
+
+def take_deferred_value(trackable: Any, name: str) -> Optional[tf.Tensor]:
+    """The checkpoint value of `trackable`'s child `name` that a restore found no object for, or None.
+
+    A `tf.train.Checkpoint` restore keeps each checkpoint child its object does not have (`_lookup_dependency`
+    returned None) as a deferred position; this reads that child's value (eagerly) and drops the position.
+    """
+    deferred = getattr(trackable, "_deferred_dependencies", None) or {}
+    positions = deferred.get(name)
+    if not positions:
+        return None
+    values = positions[-1].value_tensors()  # The latest restore's position.
+    deferred.pop(name, None)
+    for position in positions:  # Read: the restore's status counts them as matched and restored.
+        placeholder = Trackable()
+        placeholder._maybe_initialize_trackable()
+        position.bind_object(placeholder)
+        placeholder._update_uid = position.restore_uid
+    return values.get(VARIABLE_VALUE_KEY)
 
 
 def add_saveables_to_graph(saveables: Sequence[_saveable_object.SaveableObject]) -> None:

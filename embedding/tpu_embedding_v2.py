@@ -28,6 +28,7 @@ from embedding import config as config_lib
 from embedding import devices as devices_lib
 from embedding import tpu_embedding as mid_level
 from embedding.engine import EmbeddingEngine
+from embedding.sparsecore_checkpoint import RestoresSparseCoreCheckpoints
 
 # Python control flow on Python values only: AutoGraph conversion would just cost tracing time.
 _do_not_convert = tf.autograph.experimental.do_not_convert
@@ -49,7 +50,7 @@ class EnqueuedFeatures(dict):
         self.output_shapes = output_shapes
 
 
-class TPUEmbeddingV2(tf.Module):
+class TPUEmbeddingV2(RestoresSparseCoreCheckpoints, tf.Module):
     """SparseCore-style mid-level embedding API on CPU/GPU devices under any `tf.distribute` strategy.
 
     Args:
@@ -73,6 +74,7 @@ class TPUEmbeddingV2(tf.Module):
         self._table_of = {key: f.table.name for key, f in keyed}
         self._output_shapes: Dict[str, tf.TensorShape] = {key: tf.TensorShape(f.output_shape) for key, f in keyed}
         self._built = False
+        self._init_sparsecore_restore(self._engine.tables)
 
     # ------------------------------------------------------------------------------------------- properties
     @property

@@ -1,0 +1,347 @@
+"""SparseCore-layout checkpoints (a TPU's `TPUEmbeddingV2`) restore into ours exactly, and never silently wrong.
+
+The TF 2.21 leg builds the checkpoints with TensorFlow's own SparseCore layout code (tests/helpers/sparsecore_fixture.py:
+TF's stacker, TF's CPU -> SparseCore shuffle, TF's layouts trackable); the values expected are the per-table values
+the fixture started from, and TF 2.21's own `TPUEmbeddingForServing` is checked to read the same fixture. TF 2.15 has
+no SparseCore layout code: there the tests of TF 2.15's `experimental_sparsecore_restore_info` use TF 2.15's own
+`TPUEmbeddingForServing` as the oracle, and the argument checks, the layouts-proto errors and the restore of plain
+checkpoints run too; the tests that need TF's SparseCore code are marked to run on the TF 2.21 leg only.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from embedding import config, optimizers
+from embedding import sparsecore_layout as layout_lib
+from embedding.serving import TPUEmbeddingForServing
+from embedding.tpu_embedding_v2 import TPUEmbeddingV2
+from tests.helpers import sparsecore_fixture as fx
+from tests.helpers.tables import engine_state
+from tests.helpers.two_table_model import mirrored
+
+needs_tf_sparsecore = pytest.mark.skipif(not fx.HAVE_TF_SPARSECORE, reason=fx.REASON)
+
+OPTIMIZERS = {
+    "adagrad": lambda: optimizers.Adagrad(0.5),
+    "adam": lambda: optimizers.Adam(0.5),
+    "ftrl": lambda: optimizers.FTRL(0.5),
+}
+
+
+def feature_config(tables=None, optimizer_of=None):
+    tables = fx.TABLES if tables is None else tables
+    out = {}
+    for name in sorted(tables):
+        rows, dim, _ = tables[name]
+        opt = optimizer_of(name) if optimizer_of else None
+        table = config.TableConfig(rows, dim, name=name, combiner="sum", optimizer=opt)
+        out[f"f_{name}"] = config.FeatureConfig(table)
+    return out
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """optimizer kind -> (path, values): one TF-built checkpoint per slot kind."""
+    if not fx.HAVE_TF_SPARSECORE:
+        pytest.skip(fx.REASON)
+    layouts = fx.tf_layouts()
+    out = {}
+    for kind, slots in fx.SLOTS.items():
+        values = fx.random_values(slots, seed=len(out))
+        path = fx.write_checkpoint(str(tmp_path_factory.mktemp(kind) / "ckpt"), values, slots, layouts)
+        out[kind] = (path, values)
+    return out
+
+
+def state_of(embedding):
+    return engine_state(embedding._engine)
+
+
+# ------------------------------------------------------------------------------------------ the fixture itself
+@needs_tf_sparsecore
+def test_fixture_stacks_rotates_and_coincides_as_the_issue_describes(checkpoints):
+    layouts = {lay.table_name: lay for lay in fx.tf_layouts().tables}
+    assert layouts["a"].stacked_table_name == layouts["b"].stacked_table_name == "a_b"
+    assert layouts["b"].sparse_core_shard_rotation == 4 and layouts["b"].sparse_core_shard_row_offset > 0
+    assert layouts["c"].stacked_table_name == "c" and list(layouts["c"].unsharded_padded_shape) == [64, 8]
+    path, values = checkpoints["adagrad"]
+    raw_c = tf.train.load_checkpoint(path).get_tensor("embedding/c/.ATTRIBUTES/VARIABLE_VALUE")
+    assert raw_c.shape == values[("c", "parameters")].shape  # Same key and shape as ours...
+    assert not np.array_equal(raw_c, values[("c", "parameters")])  # ...rows shuffled.
+
+
+@needs_tf_sparsecore
+def test_tensorflows_own_serving_reads_the_fixture(checkpoints):
+    path, values = checkpoints["adagrad"]
+    tables = {n: tf.tpu.experimental.embedding.TableConfig(r, d, name=n) for n, (r, d, _) in fx.TABLES.items()}
+    feats = {n: tf.tpu.experimental.embedding.FeatureConfig(table=t) for n, t in tables.items()}
+    serving = tf.tpu.experimental.embedding.TPUEmbeddingForServing(feats, tf.tpu.experimental.embedding.Adagrad(0.1))
+    tf.train.Checkpoint(embedding=serving).restore(path).expect_partial()  # Before build, as TF requires.
+    serving.build()
+    for name, table in tables.items():
+        np.testing.assert_array_equal(serving.embedding_tables[table].numpy(), values[(name, "parameters")])
+
+
+@needs_tf_sparsecore
+def test_layouts_proto_parses_as_tensorflows():
+    proto = fx.tf_layouts()
+    ours = layout_lib.parse_layouts(proto.SerializeToString())
+    assert [lay.table_name for lay in ours] == [lay.table_name for lay in proto.tables]
+    for mine, theirs in zip(ours, proto.tables):
+        for field in (
+            "stacked_table_name",
+            "num_sparse_cores",
+            "num_partitions",
+            "total_rows_per_sparse_core_shard",
+            "sparse_core_shard_row_offset",
+            "sparse_core_shard_rotation",
+        ):
+            assert getattr(mine, field) == getattr(theirs, field), field
+        assert list(mine.unsharded_shape) == list(theirs.unsharded_shape)
+        assert list(mine.unsharded_padded_shape) == list(theirs.unsharded_padded_shape)
+
+
+# ------------------------------------------------------------------------------------------------ restore
+@needs_tf_sparsecore
+@pytest.mark.parametrize("num_shards", [1, 2, 3])
+@pytest.mark.parametrize("kind", sorted(fx.SLOTS))
+def test_tpu_embedding_v2_restores_parameters_and_slots_bit_for_bit(checkpoints, kind, num_shards):
+    path, values = checkpoints[kind]
+    with mirrored(num_shards).scope():
+        embedding = TPUEmbeddingV2(feature_config(), OPTIMIZERS[kind]())
+    tf.train.Checkpoint(embedding=embedding).restore(path).expect_partial()
+    state = state_of(embedding)
+    for name in fx.TABLES:
+        assert len(embedding.engine.tables[name].shards) == num_shards
+        np.testing.assert_array_equal(state[name]["params"], values[(name, "parameters")], err_msg=name)
+        for slot in fx.SLOTS[kind]:
+            np.testing.assert_array_equal(state[name][slot], values[(name, slot)], err_msg=f"{name}/{slot}")
+    # Shard k of a 'mod' table holds rows k, k + n, ...
+    shards = [v.numpy() for v in embedding.engine.tables["b"].shards]
+    for k, shard in enumerate(shards):
+        np.testing.assert_array_equal(shard, values[("b", "parameters")][k::num_shards])
+
+
+@needs_tf_sparsecore
+def test_serving_restores_parameters_and_slots(checkpoints):
+    path, values = checkpoints["ftrl"]
+    serving = TPUEmbeddingForServing(feature_config(), optimizers.FTRL(0.5))
+    tf.train.Checkpoint(embedding=serving).restore(path).expect_partial()
+    state = state_of(serving)
+    for name in fx.TABLES:
+        for kind, key in [("params", "parameters"), ("accumulators", "accumulators"), ("linears", "linears")]:
+            np.testing.assert_array_equal(state[name][kind], values[(name, key)], err_msg=f"{name}/{kind}")
+    served = serving({f"f_{n}": tf.constant([3, 0, 3]) for n in fx.TABLES})
+    for name in fx.TABLES:
+        np.testing.assert_array_equal(served[f"f_{name}"].numpy(), values[(name, "parameters")][[3, 0, 3]])
+
+
+def _distributed(strategy, per_replica):
+    return strategy.experimental_distribute_values_from_function(lambda ctx: per_replica[ctx.replica_id_in_sync_group])
+
+
+@needs_tf_sparsecore
+@pytest.mark.parametrize("num_shards", [2, 3])
+def test_lookups_and_one_adagrad_step_equal_numpy_per_table_reference(checkpoints, num_shards):
+    path, values = checkpoints["adagrad"]
+    lr = 0.5
+    strategy = mirrored(num_shards)
+    with strategy.scope():
+        embedding = TPUEmbeddingV2(feature_config(), optimizers.Adagrad(lr))
+    tf.train.Checkpoint(embedding=embedding).restore(path).expect_partial()
+    rng = np.random.RandomState(7)
+    batch = 4
+    ids = {n: rng.randint(0, r, (num_shards, batch)) for n, (r, _, _) in fx.TABLES.items()}
+    ids["b"][:, 0] = 69  # The last row of the rotated table, on every replica.
+    grads = {n: rng.standard_normal((num_shards, batch, d)).astype(np.float32) for n, (_, d, _) in fx.TABLES.items()}
+    per_replica = [
+        (
+            {f"f_{n}": tf.constant(ids[n][k], tf.int64) for n in fx.TABLES},
+            {f"f_{n}": tf.constant(grads[n][k]) for n in fx.TABLES},
+        )
+        for k in range(num_shards)
+    ]
+
+    @tf.function
+    def step(features, gradients):
+        def replica(f, g):
+            activations, preserved = embedding(f)
+            embedding.apply_gradients(g, preserved)
+            return activations
+
+        return strategy.run(replica, args=(features, gradients))
+
+    acts = step(*_distributed(strategy, per_replica))
+    state = state_of(embedding)
+    for name in fx.TABLES:
+        params, acc = values[(name, "parameters")], values[(name, "accumulators")]
+        got = [a.numpy() for a in strategy.experimental_local_results(acts[f"f_{name}"])]
+        for k in range(num_shards):
+            np.testing.assert_array_equal(got[k], params[ids[name][k]], err_msg=f"lookup {name} replica {k}")
+        g = np.zeros_like(params)
+        np.add.at(g, ids[name].reshape(-1), grads[name].reshape(-1, params.shape[1]))
+        touched = np.unique(ids[name])
+        new_acc = acc.copy()
+        new_acc[touched] += g[touched] ** 2
+        new_params = params.copy()
+        new_params[touched] -= lr * g[touched] / np.sqrt(new_acc[touched])
+        np.testing.assert_allclose(state[name]["accumulators"], new_acc, rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(state[name]["params"], new_params, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+# ---------------------------------------------------------------------------------------- never silently wrong
+def _fresh_state(embedding):
+    return {n: {k: v.copy() for k, v in t.items()} for n, t in state_of(embedding).items()}
+
+
+@needs_tf_sparsecore
+def test_tables_missing_on_either_side_are_named_and_nothing_changes(checkpoints):
+    path, values = checkpoints["adagrad"]
+    tables = {"a": fx.TABLES["a"], "c": fx.TABLES["c"], "d": (16, 4, "g1")}
+    embedding = TPUEmbeddingV2(feature_config(tables), optimizers.Adagrad(0.5))
+    before = _fresh_state(embedding)
+    with pytest.raises(ValueError, match=r"tables \['d'\] are configured but not in the checkpoint, tables \['b'\]"):
+        tf.train.Checkpoint(embedding=embedding).restore(path)
+    for name, arrays in state_of(embedding).items():
+        for key, array in arrays.items():
+            np.testing.assert_array_equal(array, before[name][key], err_msg=f"{name}/{key} changed")
+    embedding.partial_restore = True
+    tf.train.Checkpoint(embedding=embedding).restore(path).expect_partial()
+    state = state_of(embedding)
+    for name in ("a", "c"):
+        np.testing.assert_array_equal(state[name]["params"], values[(name, "parameters")])
+        np.testing.assert_array_equal(state[name]["accumulators"], values[(name, "accumulators")])
+    np.testing.assert_array_equal(state["d"]["params"], before["d"]["params"])
+
+
+@needs_tf_sparsecore
+def test_missing_slots_are_named_unless_partial(checkpoints):
+    path, values = checkpoints["adagrad"]
+    embedding = TPUEmbeddingV2(feature_config(), optimizers.Adam(0.5))
+    before = _fresh_state(embedding)
+    with pytest.raises(ValueError, match=r"no 'a_b/momenta' for table 'a' \(the optimizers differ\?\)"):
+        tf.train.Checkpoint(embedding=embedding).restore(path)
+    np.testing.assert_array_equal(state_of(embedding)["c"]["params"], before["c"]["params"])
+    embedding.partial_restore = True
+    tf.train.Checkpoint(embedding=embedding).restore(path).expect_partial()
+    state = state_of(embedding)
+    np.testing.assert_array_equal(state["c"]["params"], values[("c", "parameters")])
+    np.testing.assert_array_equal(state["c"]["momenta"], before["c"]["momenta"])
+
+
+@needs_tf_sparsecore
+def test_a_table_of_another_shape_is_named(checkpoints):
+    path, _ = checkpoints["adagrad"]
+    tables = dict(fx.TABLES, c=(60, 8, "g2"))
+    embedding = TPUEmbeddingV2(feature_config(tables), optimizers.Adagrad(0.5))
+    with pytest.raises(ValueError, match=r"Table 'c' is \[60, 8\] here, \[64, 8\] in the SparseCore checkpoint"):
+        tf.train.Checkpoint(embedding=embedding).restore(path)
+
+
+@needs_tf_sparsecore
+def test_graph_mode_restore_of_a_sparsecore_checkpoint_is_an_error(checkpoints):
+    path, _ = checkpoints["adagrad"]
+    with tf.Graph().as_default():
+        serving = TPUEmbeddingForServing(feature_config(), None)
+        with pytest.raises(ValueError, match="holds SparseCore layouts .* restore it executing eagerly"):
+            tf.train.Checkpoint(embedding=serving).restore(path)
+
+
+def test_plain_checkpoints_still_restore_and_are_consumed(tmp_path):
+    trained = TPUEmbeddingV2(feature_config(), optimizers.Adagrad(0.5))
+    for name, table in trained.engine.tables.items():
+        table.assign_full_table(np.full([table.vocabulary_size, table.dim], 3.0, np.float32))
+    path = tf.train.Checkpoint(embedding=trained).save(str(tmp_path / "plain"))
+    with mirrored(2).scope():
+        restored = TPUEmbeddingV2(feature_config(), optimizers.Adagrad(0.5))
+    tf.train.Checkpoint(embedding=restored).restore(path).assert_consumed()
+    for name, arrays in state_of(restored).items():
+        np.testing.assert_array_equal(arrays["params"], 3.0)
+
+
+def test_a_malformed_layouts_proto_is_a_clear_error():
+    with pytest.raises(ValueError, match="`_sparse_core_table_layouts` is not a SparseCoreTableLayouts proto"):
+        layout_lib.parse_layouts(b"\x0a\xff\xff")
+
+
+# ------------------------------------------------------------------ TF 2.15's experimental_sparsecore_restore_info
+@pytest.mark.parametrize(
+    "info, message",
+    [
+        ({"num_tpu_devices": 2}, "Missing `num_sc_chips_per_tpu` in `experimental_sparsecore_restore_info`"),
+        ({"num_sc_chips_per_tpu": 4}, "Missing `num_tpu_devices` in `experimental_sparsecore_restore_info`"),
+        ({"num_tpu_devices": 2, "num_sc_chips_per_tpu": 0}, "`num_sc_chips_per_tpu` .* must be a positive int"),
+        ({"num_tpu_devices": 2, "num_sc_chips_per_tpu": 4, "rotation": 1}, r"Unknown keys \['rotation'\]"),
+    ],
+)
+def test_restore_info_is_checked_at_construction(info, message):
+    with pytest.raises(ValueError, match=message):
+        TPUEmbeddingForServing(feature_config(), None, experimental_sparsecore_restore_info=info)
+
+
+RESTORE_INFO = {"num_tpu_devices": 2, "num_sc_chips_per_tpu": 4}
+ONE_TABLE = {"c": (40, 4, "g")}  # Padded on the TPU to [64, 8]: 2 x 4 SparseCores.
+
+
+def _shuffled_checkpoint(path, padded):
+    """A checkpoint `{c, c/accumulators}` of arbitrary [64, 8] values (as 2.15-era SparseCore training wrote)."""
+    owner = tf.Module()
+    owner.c = tf.Variable(padded[0])
+    owner.acc = tf.Variable(padded[1])
+    embedding = tf.train.Checkpoint(**{"c": owner.c, "c/accumulators": owner.acc})
+    return tf.train.Checkpoint(embedding=embedding).save(path)
+
+
+def _padded_values():
+    rng = np.random.RandomState(3)
+    return [rng.standard_normal((64, 8)).astype(np.float32), rng.uniform(0.1, 1, (64, 8)).astype(np.float32)]
+
+
+@pytest.mark.skipif(
+    not hasattr(tf.tpu.experimental.embedding.TPUEmbeddingForServing, "_unshuffle_from_sc_to_cpu"),
+    reason="the oracle is TF 2.15's TPUEmbeddingForServing, which unshuffles with experimental_sparsecore_restore_info "
+    "(TF 2.21's ignores the argument; the TF 2.21 leg checks against TF's shuffle below): runs on the TF 2.15 leg",
+)
+def test_restore_info_reads_as_tensorflow_2_15_does(tmp_path):
+    padded = _padded_values()
+    path = _shuffled_checkpoint(str(tmp_path / "sc"), padded)
+    table = tf.tpu.experimental.embedding.TableConfig(40, 4, name="c")
+    upstream = tf.tpu.experimental.embedding.TPUEmbeddingForServing(
+        tf.tpu.experimental.embedding.FeatureConfig(table=table),
+        tf.tpu.experimental.embedding.Adagrad(0.1),
+        experimental_sparsecore_restore_info=RESTORE_INFO,
+    )
+    tf.train.Checkpoint(embedding=upstream).restore(path).expect_partial()  # Restore-on-create, as 2.15 requires.
+    upstream.build()
+    ours = TPUEmbeddingForServing(
+        feature_config(ONE_TABLE), optimizers.Adagrad(0.1), experimental_sparsecore_restore_info=RESTORE_INFO
+    )
+    tf.train.Checkpoint(embedding=ours).restore(path).assert_consumed()
+    state = state_of(ours)["c"]
+    np.testing.assert_array_equal(state["params"], upstream.embedding_tables[table].numpy())
+    np.testing.assert_array_equal(state["accumulators"], upstream._variables["c"]["accumulators"].numpy())
+    assert not np.array_equal(state["params"], padded[0][:40, :4])
+
+
+@needs_tf_sparsecore
+def test_restore_info_unshuffles_tensorflows_shuffle(tmp_path):
+    layout = fx.tf_layouts({"c": (40, 4, "g")}).tables[0]
+    assert layout.sparse_core_shard_rotation == 0 and list(layout.unsharded_padded_shape) == [64, 8]
+    rng = np.random.RandomState(5)
+    values = [rng.standard_normal((40, 4)).astype(np.float32) for _ in range(2)]
+    padded = [fx.tf_stack({"c": v}, [layout]) for v in values]
+    path = _shuffled_checkpoint(str(tmp_path / "sc"), padded)
+    ours = TPUEmbeddingForServing(
+        feature_config(ONE_TABLE), optimizers.Adagrad(0.1), experimental_sparsecore_restore_info=RESTORE_INFO
+    )
+    tf.train.Checkpoint(embedding=ours).restore(path).assert_consumed()
+    np.testing.assert_array_equal(state_of(ours)["c"]["params"], values[0])
+    np.testing.assert_array_equal(state_of(ours)["c"]["accumulators"], values[1])
+
+
+def test_restore_info_with_rows_not_a_multiple_of_the_sparsecores_is_named(tmp_path):
+    path = _shuffled_checkpoint(str(tmp_path / "sc"), [np.zeros((60, 8), np.float32)] * 2)
+    ours = TPUEmbeddingForServing(feature_config(ONE_TABLE), None, experimental_sparsecore_restore_info=RESTORE_INFO)
+    with pytest.raises(ValueError, match=r"Cannot restore 'c' with experimental_sparsecore_restore_info \(8 Sparse"):
+        tf.train.Checkpoint(embedding=ours).restore(path).expect_partial()
