@@ -15,6 +15,7 @@ import tensorflow as tf
 from embedding import config, optimizers
 from embedding import sparsecore_layout as layout_lib
 from embedding.serving import TPUEmbeddingForServing
+from embedding.tpu_embedding import TPUEmbedding
 from embedding.tpu_embedding_v2 import TPUEmbeddingV2
 from tests.helpers import sparsecore_fixture as fx
 from tests.helpers.tables import engine_state
@@ -345,3 +346,46 @@ def test_restore_info_with_rows_not_a_multiple_of_the_sparsecores_is_named(tmp_p
     ours = TPUEmbeddingForServing(feature_config(ONE_TABLE), None, experimental_sparsecore_restore_info=RESTORE_INFO)
     with pytest.raises(ValueError, match=r"Cannot restore 'c' with experimental_sparsecore_restore_info \(8 Sparse"):
         tf.train.Checkpoint(embedding=ours).restore(path).expect_partial()
+
+
+# --------------------------------------------------- a checkpoint TensorFlow 2.21 built, restored on both legs
+# tests/embedding/data/sparsecore_adagrad-1: the fixture's three tables with Adagrad slots (values
+# `fx.random_values(["accumulators"], seed=11)`), written on the TF 2.21 leg by tests/helpers/sparsecore_fixture.py;
+# the first test checks that TensorFlow's code still builds exactly this checkpoint.
+STORED = str(__import__("pathlib").Path(__file__).parent / "data" / "sparsecore_adagrad-1")
+
+
+def _stored_values():
+    return fx.random_values(["accumulators"], seed=11)
+
+
+@needs_tf_sparsecore
+def test_stored_checkpoint_is_what_tensorflows_code_builds(tmp_path):
+    fresh = fx.write_checkpoint(str(tmp_path / "ckpt"), _stored_values(), ["accumulators"], fx.tf_layouts())
+    stored, built = tf.train.load_checkpoint(STORED), tf.train.load_checkpoint(fresh)
+    keys = sorted(k for k in built.get_variable_to_shape_map() if k.startswith("embedding/"))
+    assert keys == sorted(k for k in stored.get_variable_to_shape_map() if k.startswith("embedding/"))
+    for key in keys:
+        if "_sparse_core_table_layouts" in key:
+            assert layout_lib.parse_layouts(stored.get_tensor(key)) == layout_lib.parse_layouts(built.get_tensor(key))
+        else:
+            np.testing.assert_array_equal(stored.get_tensor(key), built.get_tensor(key), err_msg=key)
+
+
+@pytest.mark.parametrize(
+    "api, num_shards", [("v2", 1), ("v2", 2), ("v2", 3), ("mid_level", 1), ("mid_level", 3), ("serving", 1)]
+)
+def test_stored_tensorflow_checkpoint_restores_exactly(api, num_shards):
+    values = _stored_values()
+    with mirrored(num_shards).scope():
+        if api == "v2":
+            embedding = TPUEmbeddingV2(feature_config(), optimizers.Adagrad(0.5))
+        elif api == "mid_level":
+            embedding = TPUEmbedding(feature_config(), optimizers.Adagrad(0.5))
+    if api == "serving":
+        embedding = TPUEmbeddingForServing(feature_config(), optimizers.Adagrad(0.5))
+    tf.train.Checkpoint(embedding=embedding).restore(STORED).expect_partial()
+    state = state_of(embedding)
+    for name in fx.TABLES:
+        np.testing.assert_array_equal(state[name]["params"], values[(name, "parameters")], err_msg=name)
+        np.testing.assert_array_equal(state[name]["accumulators"], values[(name, "accumulators")], err_msg=name)
