@@ -19,6 +19,7 @@ delivers the values:
   Tables or slots missing on either side are an error naming them, unless the owner allows a partial restore.
 """
 
+import dataclasses
 import functools
 import weakref
 from typing import Any, Dict, List, Mapping, Optional
@@ -30,7 +31,13 @@ from embedding import checkpointing
 from embedding import sparsecore_layout as layout_lib
 from embedding.sharded_table import ShardedTable
 
-__all__ = ["SparseCoreRestore", "check_restore_info"]
+__all__ = [
+    "RestoresSparseCoreCheckpoints",
+    "SparseCoreRestore",
+    "SparseCoreTensor",
+    "check_restore_info",
+    "sparse_core_children",
+]
 
 _KEY = checkpointing.VARIABLE_VALUE_KEY
 _Trackable = checkpointing.Trackable
@@ -125,7 +132,7 @@ class SparseCoreRestore:
             restore_pass.waiting += 1
             return _LayoutsReceiver(self, restore_pass)
         child = children.get(name)
-        if isinstance(child, checkpointing.LogicalTensor):
+        if isinstance(child, (checkpointing.LogicalTensor, SparseCoreTensor)):
             restore_pass.waiting += 1
             child.restore_hook = functools.partial(self._arrived, restore_pass, name)
             return child
@@ -256,3 +263,94 @@ class RestoresSparseCoreCheckpoints:
         if cached_dependencies is None or restore is None:
             return super()._lookup_dependency(name, cached_dependencies)
         return restore.lookup(name, cached_dependencies)
+
+
+# ------------------------------------------------------------------------------------------------ the way back
+def _stack(value: tf.Tensor, layout: layout_lib.TableLayout) -> tf.Tensor:
+    """The stacked variable's value `[N * R, padded width]` holding `value` `[rows, dim]` (zero padding)."""
+    n = layout.num_sparse_cores
+    rows, dim = layout.unsharded_shape
+    r = tf.range(rows, dtype=tf.int64)
+    index = ((r % n + layout.sparse_core_shard_rotation) % n) * layout.total_rows_per_sparse_core_shard
+    index += layout.sparse_core_shard_row_offset + r // n
+    padded = tf.pad(value, [[0, 0], [0, layout.unsharded_padded_shape[1] - dim]])
+    return tf.scatter_nd(index[:, None], padded, layout.stacked_shape)
+
+
+class SparseCoreTensor(_Trackable):
+    """A table or slot saved in its SparseCore layout (restored through `SparseCoreRestore`, like a LogicalTensor).
+
+    Args:
+      logical: The table's or slot's `LogicalTensor`.
+      layout: The table's layout.
+    """
+
+    def __init__(self, logical: checkpointing.LogicalTensor, layout: layout_lib.TableLayout):
+        self.logical, self.layout = logical, layout
+        self.restore_hook = None  # As LogicalTensor's.
+
+    @property
+    def shape(self) -> tf.TensorShape:
+        return self.logical.shape
+
+    def assign(self, value: Any) -> Any:
+        return self.logical.assign(value)
+
+    def _serialize_to_tensors(self):
+        full = self.logical.read()
+        with tf.device(self.logical.host_device):
+            return {_KEY: _stack(full, self.layout)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        hook, self.restore_hook = self.restore_hook, None
+        if hook is not None:
+            return hook(self, restored_tensors)
+        return self.logical.assign(restored_tensors[_KEY])  # A checkpoint without layouts: the logical layout.
+
+
+class _LayoutsValue(_Trackable):
+    """Saves the layouts proto (restores are handed a `_LayoutsReceiver` instead)."""
+
+    def __init__(self, data: bytes):
+        self._data = data
+
+    def _serialize_to_tensors(self):
+        with tf.device("/cpu:0"):
+            return {_KEY: tf.constant(self._data, tf.string)}
+
+    def _restore_from_tensors(self, restored_tensors):
+        del restored_tensors
+
+
+def sparse_core_children(
+    tables: Mapping[str, ShardedTable], topology: layout_lib.SparseCoreTopology
+) -> Dict[str, _Trackable]:
+    """Checkpoint children writing `tables` in the SparseCore layout of `topology`.
+
+    Each table is alone in its stack, named by its checkpoint name (its slots under `{name}/{slot}`), laid out as
+    TensorFlow's stacker lays it out with table stacking disabled; the layouts proto goes under
+    `_sparse_core_table_layouts`. A TPU's `TPUEmbeddingV2` restores this (TensorFlow's checkpoint adapter restacks
+    the tables as that TPU stacks them), and so do `TPUEmbeddingForServing` and our objects.
+
+    Raises:
+      ValueError: a slot saved under another key than `{name}/{slot}` (TensorFlow would not find it).
+    """
+    out: Dict[str, _Trackable] = {}
+    layouts = []
+    for name, table in tables.items():
+        layout = dataclasses.replace(
+            layout_lib.table_layout(name, table.vocabulary_size, table.dim, topology),
+            stacked_table_name=table.checkpoint_name,
+        )
+        layouts.append(layout)
+        logical = table.logical_tensors()
+        for slot, key in table.slot_checkpoint_names.items():
+            if key != f"{table.checkpoint_name}/{slot}":
+                raise ValueError(
+                    f"Table '{name}': slot '{slot}' is saved as '{key}'; a SparseCore checkpoint needs "
+                    f"'{table.checkpoint_name}/{slot}'."
+                )
+        for key, tensor in logical.items():
+            out[key] = SparseCoreTensor(tensor, layout)
+    out[layout_lib.LAYOUTS_CHECKPOINT_KEY] = _LayoutsValue(layout_lib.serialize_layouts(layouts))
+    return out

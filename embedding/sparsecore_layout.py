@@ -14,8 +14,9 @@ name, plus a `SparseCoreTableLayouts` proto (a string under `_sparse_core_table_
 Row `r` of the padded table is on SparseCore `(r mod N + t) mod N`, at row `o + r div N` of that SparseCore's rows:
 stacked row `((r mod N + t) mod N) * R + o + r div N`; its first `dim` columns are the table's row.
 
-This module reads the proto (its wire format, so it needs no TensorFlow proto module) and maps stacked values to
-tables. `embedding.sparsecore_checkpoint` uses it to restore such checkpoints.
+This module reads and writes the proto (its wire format, so it needs no TensorFlow proto module), maps stacked
+values to tables, and lays out one table alone for a described TPU (`SparseCoreTopology`) as TensorFlow does with
+table stacking disabled. `embedding.sparsecore_checkpoint` uses it to restore and write such checkpoints.
 """
 
 import dataclasses
@@ -23,7 +24,16 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["LAYOUTS_CHECKPOINT_KEY", "TableLayout", "parse_layouts", "stacked_row_indices", "unstack_table"]
+__all__ = [
+    "LAYOUTS_CHECKPOINT_KEY",
+    "SparseCoreTopology",
+    "TableLayout",
+    "parse_layouts",
+    "serialize_layouts",
+    "stacked_row_indices",
+    "table_layout",
+    "unstack_table",
+]
 
 #: The child name under which a SparseCore `TPUEmbeddingV2` saves its `SparseCoreTableLayouts` proto.
 LAYOUTS_CHECKPOINT_KEY = "_sparse_core_table_layouts"
@@ -47,6 +57,49 @@ class TableLayout:
     def stacked_shape(self) -> Tuple[int, int]:
         """Shape of the stacked variable holding this table: `[N * R, padded width]`."""
         return (self.num_sparse_cores * self.total_rows_per_sparse_core_shard, self.unsharded_padded_shape[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseCoreTopology:
+    """The TPU a checkpoint is written for: `num_chips` chips with `sparse_cores_per_chip` SparseCores each.
+
+    Raises:
+      ValueError: a count that is not a positive int.
+    """
+
+    num_chips: int
+    sparse_cores_per_chip: int = 4
+
+    def __post_init__(self):
+        for field in ("num_chips", "sparse_cores_per_chip"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"SparseCoreTopology.{field} must be a positive int, got {value!r}.")
+
+    @property
+    def num_sparse_cores(self) -> int:
+        """N: the SparseCores of all chips."""
+        return int(self.num_chips) * int(self.sparse_cores_per_chip)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-int(value) // multiple) * multiple
+
+
+def table_layout(table_name: str, rows: int, dim: int, topology: SparseCoreTopology) -> TableLayout:
+    """The layout of a table alone in its stack (named after it), as TensorFlow's stacker gives with stacking
+    disabled: rows padded to a multiple of 8N, width to a multiple of 8, no offset, no rotation."""
+    n = topology.num_sparse_cores
+    padded_rows = _round_up(rows, 8 * n)
+    return TableLayout(
+        table_name=table_name,
+        stacked_table_name=table_name,
+        num_sparse_cores=n,
+        num_partitions=int(topology.num_chips),
+        total_rows_per_sparse_core_shard=padded_rows // n,
+        unsharded_shape=(int(rows), int(dim)),
+        unsharded_padded_shape=(padded_rows, _round_up(dim, 8)),
+    )
 
 
 # --------------------------------------------------------------------------------------- proto wire format
@@ -182,6 +235,41 @@ def parse_layouts(data: bytes) -> List[TableLayout]:
                 f"{list(layout.stacked_shape)}) or SparseCores."
             )
     return layouts
+
+
+def _encode_varint(value: int) -> bytes:
+    value = int(value) & ((1 << 64) - 1)
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _encode_field(number: int, wire: int, payload: bytes) -> bytes:
+    head = _encode_varint(number << 3 | wire)
+    return head + (_encode_varint(len(payload)) + payload if wire == 2 else payload)
+
+
+def serialize_layouts(layouts: Sequence[TableLayout]) -> bytes:
+    """A serialized `SparseCoreTableLayouts` proto of `layouts` (fields at their defaults are left out)."""
+    out = bytearray()
+    for layout in layouts:
+        table = bytearray()
+        for number in sorted(set(_STRING_FIELDS) | set(_INT_FIELDS) | set(_REPEATED_INT_FIELDS)):
+            name = {**_STRING_FIELDS, **_INT_FIELDS, **_REPEATED_INT_FIELDS}[number]
+            value = getattr(layout, name, None)
+            if not value:
+                continue
+            if number in _STRING_FIELDS:
+                table += _encode_field(number, 2, value.encode("utf-8"))
+            elif number in _INT_FIELDS:
+                table += _encode_field(number, 0, _encode_varint(value))
+            else:  # Packed.
+                table += _encode_field(number, 2, b"".join(_encode_varint(v) for v in value))
+        out += _encode_field(1, 2, bytes(table))
+    return bytes(out)
 
 
 # ------------------------------------------------------------------------------------------------ mapping

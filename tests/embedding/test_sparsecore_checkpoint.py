@@ -15,6 +15,7 @@ import tensorflow as tf
 from embedding import config, optimizers
 from embedding import sparsecore_layout as layout_lib
 from embedding.serving import TPUEmbeddingForServing
+from embedding.sparsecore_layout import SparseCoreTopology
 from embedding.tpu_embedding import TPUEmbedding
 from embedding.tpu_embedding_v2 import TPUEmbeddingV2
 from tests.helpers import sparsecore_fixture as fx
@@ -389,3 +390,126 @@ def test_stored_tensorflow_checkpoint_restores_exactly(api, num_shards):
     for name in fx.TABLES:
         np.testing.assert_array_equal(state[name]["params"], values[(name, "parameters")], err_msg=name)
         np.testing.assert_array_equal(state[name]["accumulators"], values[(name, "accumulators")], err_msg=name)
+
+
+# ---------------------------------------------------------------------- the way back: writing the SparseCore layout
+TOPOLOGY = SparseCoreTopology(num_chips=2, sparse_cores_per_chip=4)
+
+
+def _write_ours(directory, kind, num_shards=2):
+    """Our TPUEmbeddingV2 for a 2 x 4 SparseCore TPU, holding known values, saved: (path, values)."""
+    values = fx.random_values(fx.SLOTS[kind], seed=21)
+    with mirrored(num_shards).scope():
+        ours = TPUEmbeddingV2(feature_config(), OPTIMIZERS[kind](), sparse_core_topology=TOPOLOGY)
+    for (name, what), value in values.items():
+        table = ours.engine.tables[name]
+        table.assign_full_table(value) if what == "parameters" else table.assign_full_slot(what, value)
+    return tf.train.Checkpoint(embedding=ours).save(str(directory / "ours")), values
+
+
+@needs_tf_sparsecore
+def test_written_layouts_are_tensorflows_with_stacking_disabled(tmp_path):
+    path, _ = _write_ours(tmp_path, "adagrad")
+    raw = tf.train.load_checkpoint(path).get_tensor("embedding/_sparse_core_table_layouts/.ATTRIBUTES/VARIABLE_VALUE")
+    written = fx.sparse_core_layout_pb2.SparseCoreTableLayouts.FromString(raw)  # TensorFlow's proto parser.
+    stacker = _tf_unstacked_layouts()
+    assert [lay.table_name for lay in written.tables] == [lay.table_name for lay in stacker.tables]
+    for mine, theirs in zip(written.tables, stacker.tables):
+        theirs.ClearField("per_sparse_core_batch_size")  # Batch facts a checkpoint of tables does not know.
+        theirs.ClearField("num_features")
+        assert mine == theirs, (mine, theirs)
+
+
+def _tf_unstacked_layouts():
+    stacker = fx._pywrap_sparse_core_layout.SparseCoreLayoutStacker(
+        num_partitions=2, sparse_cores_per_partition=4, disable_table_stacking=True
+    )
+    for name in sorted(fx.TABLES):
+        rows, dim, group = fx.TABLES[name]
+        stacker.AddTable(
+            table_name=name, table_height=rows, table_width=dim, group=group, output_samples=8, num_features=1
+        )
+    return stacker.GetLayouts()
+
+
+@needs_tf_sparsecore
+@pytest.mark.parametrize("kind", ["adagrad", "ftrl"])
+def test_tensorflows_adapter_restacks_our_checkpoint_for_a_tpu(tmp_path, kind):
+    path, values = _write_ours(tmp_path, kind)
+    target = fx.tf_layouts()  # How the TPU's TPUEmbeddingV2 stacks them: 'a_b' (b rotated), 'c'.
+    adapter = fx.tf_adapter.TpuEmbeddingV3CheckpointAdapter.create_from_checkpoint(path)
+    adapter.initialize_reshard_callbacks({lay.table_name: lay for lay in target.tables})
+    reader = tf.train.load_checkpoint(path)
+    for stack, layouts in fx.by_stack(target).items():
+        callback = adapter.get_reshard_callback(stack)
+        full = [layouts[0].total_rows_per_sparse_core_shard * layouts[0].num_sparse_cores, 8]
+        for what in ["parameters"] + fx.SLOTS[kind]:
+            key = f"embedding/{stack}{'' if what == 'parameters' else '.S' + what}/.ATTRIBUTES/VARIABLE_VALUE"
+            expected = fx.tf_stack({lay.table_name: values[(lay.table_name, what)] for lay in layouts}, layouts)
+            # The whole stack, and the second chip's half (what that chip's shard restores).
+            for offset, rows in [(0, full[0]), (full[0] // 2, full[0] // 2)]:
+                spec = fx.tf_adapter._shard_info_str(
+                    full, fx.trackable_base.ShardInfo(offset=[offset, 0], shape=[rows, full[1]])
+                )
+                keys, _ = callback.update_restore_inputs(key, spec)
+                got = callback.reshard([tf.constant(reader.get_tensor(k)) for k in keys], spec).numpy()
+                np.testing.assert_array_equal(got, expected[offset : offset + rows], err_msg=f"{key} {offset}")
+
+
+@needs_tf_sparsecore
+def test_tensorflows_serving_reads_our_checkpoint(tmp_path):
+    path, values = _write_ours(tmp_path, "adagrad")
+    tables = {n: tf.tpu.experimental.embedding.TableConfig(r, d, name=n) for n, (r, d, _) in fx.TABLES.items()}
+    feats = {n: tf.tpu.experimental.embedding.FeatureConfig(table=t) for n, t in tables.items()}
+    serving = tf.tpu.experimental.embedding.TPUEmbeddingForServing(feats, tf.tpu.experimental.embedding.Adagrad(0.1))
+    tf.train.Checkpoint(embedding=serving).restore(path).expect_partial()
+    serving.build()
+    for name, table in tables.items():
+        np.testing.assert_array_equal(serving.embedding_tables[table].numpy(), values[(name, "parameters")])
+
+
+@pytest.mark.parametrize("kind", sorted(fx.SLOTS))
+def test_our_sparsecore_checkpoint_comes_back_exactly(tmp_path, kind):
+    path, values = _write_ours(tmp_path, kind)
+    raw_c = tf.train.load_checkpoint(path).get_tensor("embedding/c/.ATTRIBUTES/VARIABLE_VALUE")
+    assert raw_c.shape == (64, 8) and not np.array_equal(raw_c, values[("c", "parameters")])  # Shuffled.
+    with mirrored(3).scope():
+        plain = TPUEmbeddingV2(feature_config(), OPTIMIZERS[kind]())
+    with mirrored(1).scope():
+        same_tpu = TPUEmbeddingV2(feature_config(), OPTIMIZERS[kind](), sparse_core_topology=TOPOLOGY)
+    serving = TPUEmbeddingForServing(feature_config(), OPTIMIZERS[kind]())
+    for embedding in (plain, same_tpu, serving):
+        tf.train.Checkpoint(embedding=embedding).restore(path).expect_partial()
+        state = state_of(embedding)
+        for name in fx.TABLES:
+            np.testing.assert_array_equal(state[name]["params"], values[(name, "parameters")], err_msg=name)
+            for slot in fx.SLOTS[kind]:
+                np.testing.assert_array_equal(state[name][slot], values[(name, slot)], err_msg=f"{name}/{slot}")
+
+
+def test_a_plain_checkpoint_restores_into_an_object_writing_sparsecore_checkpoints(tmp_path):
+    plain = TPUEmbeddingV2(feature_config(), optimizers.Adagrad(0.5))
+    for table in plain.engine.tables.values():
+        table.assign_full_table(np.arange(table.vocabulary_size * table.dim, dtype=np.float32).reshape(-1, table.dim))
+    path = tf.train.Checkpoint(embedding=plain).save(str(tmp_path / "plain"))
+    with mirrored(2).scope():
+        ours = TPUEmbeddingV2(feature_config(), optimizers.Adagrad(0.5), sparse_core_topology=TOPOLOGY)
+    tf.train.Checkpoint(embedding=ours).restore(path).expect_partial()
+    for name, arrays in state_of(ours).items():
+        np.testing.assert_array_equal(arrays["params"], state_of(plain)[name]["params"], err_msg=name)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: SparseCoreTopology(0), r"SparseCoreTopology.num_chips must be a positive int, got 0"),
+        (lambda: SparseCoreTopology(2, 2.5), r"SparseCoreTopology.sparse_cores_per_chip must be a positive int"),
+        (
+            lambda: TPUEmbeddingV2(feature_config(), None, sparse_core_topology=(2, 4)),
+            r"sparse_core_topology must be a SparseCoreTopology\(num_chips, sparse_cores_per_chip\), got \(2, 4\)",
+        ),
+    ],
+)
+def test_a_bad_topology_is_named(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()

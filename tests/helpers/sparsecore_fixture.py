@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 try:
+    from tensorflow.core.tpu.kernels import sparse_core_layout_pb2  # noqa: F401 (the tests parse with it)
     from tensorflow.python.tpu import _pywrap_sparse_core_layout
     from tensorflow.python.tpu import tpu_embedding_v3_checkpoint_adapter as tf_adapter
     from tensorflow.python.tpu import tpu_embedding_v3_utils as tf_v3_utils
