@@ -208,9 +208,48 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
 
     def restore(self, restored_tensors, restored_shapes):
         del restored_shapes  # The logical shape is fixed; checked in assign().
+        check = _not_sparsecore_check(restored_tensors[0])
+        if check is not None:
+            with tf.control_dependencies([check]):
+                restored_tensors = [tf.identity(t) for t in restored_tensors]
         if self._logical.row_slices is not None:
             return self._logical.assign_shards(restored_tensors)
         return self._logical.assign(restored_tensors[0])
+
+
+_ATTRIBUTES = "/.ATTRIBUTES/"
+_SPARSECORE_LAYOUTS = "_sparse_core_table_layouts"  # embedding.sparsecore_layout.LAYOUTS_CHECKPOINT_KEY
+
+
+def _not_sparsecore_check(restored: tf.Tensor) -> Optional[tf.Tensor]:
+    """For a TF1 Saver restoring an object-based checkpoint by name: a check that the object holding the key has
+    no SparseCore layouts (its tables are stacked and shuffled: only `tf.train.Checkpoint` reads them, through the
+    layouts); None for name-based keys (the usual case) and eagerly.
+    """
+    op = restored.op
+    if tf.executing_eagerly() or op.type != "RestoreV2":
+        return None
+    names = tf.get_static_value(op.inputs[1])
+    if names is None:
+        return None
+    key = names[restored.value_index].decode("utf-8")
+    if _ATTRIBUTES not in key:
+        return None
+    owner = key.split(_ATTRIBUTES)[0].rpartition("/")[0]
+    layouts_key = f"{owner}/{_SPARSECORE_LAYOUTS}" if owner else _SPARSECORE_LAYOUTS
+    layouts_key += f"{_ATTRIBUTES}{VARIABLE_VALUE_KEY}"
+
+    def check(prefix: tf.Tensor) -> bool:
+        if tf.train.load_checkpoint(prefix.numpy().decode("utf-8")).has_tensor(layouts_key):
+            raise ValueError(
+                f"Checkpoint key '{key}' belongs to a SparseCore-layout checkpoint (it holds '{layouts_key}'): its "
+                f"tables are stacked and shuffled. Restore it with tf.train.Checkpoint (eagerly) into an embedding "
+                f"object, which reads it through its layouts; a name-based Saver would load the rows shuffled."
+            )
+        return True
+
+    with tf.device("/cpu:0"):
+        return tf.py_function(check, [op.inputs[0]], tf.bool, name="check_not_sparsecore")
 
 
 class LogicalTensor(_trackable_base.Trackable):

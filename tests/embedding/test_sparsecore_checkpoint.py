@@ -1,11 +1,14 @@
-"""SparseCore-layout checkpoints (a TPU's `TPUEmbeddingV2`) restore into ours exactly, and never silently wrong.
+"""SparseCore-layout checkpoints (a TPU's `TPUEmbeddingV2`) restore into ours exactly, and never silently wrong;
+ours written for a described TPU (`sparse_core_topology`) are read by TensorFlow's own adapter and serving.
 
 The TF 2.21 leg builds the checkpoints with TensorFlow's own SparseCore layout code (tests/helpers/sparsecore_fixture.py:
 TF's stacker, TF's CPU -> SparseCore shuffle, TF's layouts trackable); the values expected are the per-table values
 the fixture started from, and TF 2.21's own `TPUEmbeddingForServing` is checked to read the same fixture. TF 2.15 has
 no SparseCore layout code: there the tests of TF 2.15's `experimental_sparsecore_restore_info` use TF 2.15's own
-`TPUEmbeddingForServing` as the oracle, and the argument checks, the layouts-proto errors and the restore of plain
-checkpoints run too; the tests that need TF's SparseCore code are marked to run on the TF 2.21 leg only.
+`TPUEmbeddingForServing` as the oracle; a checkpoint TF 2.21's code built (stored in tests/embedding/data) restores
+exactly into our three APIs on 1-3 shards and is refused by a name-based Saver; our SparseCore checkpoints come
+back exactly; the argument checks, the layouts-proto errors and the restore of plain checkpoints run too. The tests
+that need TF's SparseCore code are marked to run on the TF 2.21 leg only, with the reason.
 """
 
 import numpy as np
@@ -513,3 +516,29 @@ def test_a_plain_checkpoint_restores_into_an_object_writing_sparsecore_checkpoin
 def test_a_bad_topology_is_named(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def _saver_restore(path, tables):
+    """Restores `path` with a TF1 name-based Saver into ShardedTables of `tables`; returns their values."""
+    from embedding.sharded_table import ShardedTable
+
+    with tf.Graph().as_default():
+        sharded = {
+            name: ShardedTable(config.TableConfig(rows, dim, name=name), None, num_shards=2)
+            for name, (rows, dim, _) in tables.items()
+        }
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session() as session:
+            saver.restore(session, path)
+            return {name: session.run(t.read_full_table()) for name, t in sharded.items()}
+
+
+def test_a_name_based_saver_never_loads_a_sparsecore_table_raw(tmp_path):
+    # The stored TF-built checkpoint: its 'c' has the table's key and shape; a Saver would load it shuffled.
+    with pytest.raises(tf.errors.OpError, match="belongs to a SparseCore-layout checkpoint .* Restore it with "):
+        _saver_restore(STORED, {"c": fx.TABLES["c"]})
+    # An object-based checkpoint without layouts (upstream TF2 TPUEmbedding's variables) still restores by name.
+    expected = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
+    plain = tf.train.Checkpoint(c=tf.Variable(expected, name="c"))
+    path = tf.train.Checkpoint(embedding=plain).save(str(tmp_path / "plain"))
+    np.testing.assert_array_equal(_saver_restore(path, {"c": fx.TABLES["c"]})["c"], expected)
