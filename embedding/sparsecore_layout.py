@@ -32,6 +32,7 @@ __all__ = [
     "serialize_layouts",
     "stacked_row_indices",
     "table_layout",
+    "unshuffled_layout",
     "unstack_table",
 ]
 

@@ -91,9 +91,10 @@ class TPUEmbeddingV2(RestoresSparseCoreCheckpoints, tf.Module):
         self._output_shapes: Dict[str, tf.TensorShape] = {key: tf.TensorShape(f.output_shape) for key, f in keyed}
         self._built = False
         self._init_sparsecore_restore(self._engine.tables)
-        self._checkpoint_children = None
+        children = None
         if sparse_core_topology is not None:
-            self._checkpoint_children = sparse_core_children(self._engine.tables, sparse_core_topology)
+            children = sparse_core_children(self._engine.tables, sparse_core_topology)
+        object.__setattr__(self, "_checkpoint_children", children)  # Untracked: `_trackable_children` returns them.
 
     # ------------------------------------------------------------------------------------------- properties
     @property

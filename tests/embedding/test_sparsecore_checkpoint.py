@@ -542,3 +542,13 @@ def test_a_name_based_saver_never_loads_a_sparsecore_table_raw(tmp_path):
     plain = tf.train.Checkpoint(c=tf.Variable(expected, name="c"))
     path = tf.train.Checkpoint(embedding=plain).save(str(tmp_path / "plain"))
     np.testing.assert_array_equal(_saver_restore(path, {"c": fx.TABLES["c"]})["c"], expected)
+
+
+def test_restore_info_disagreeing_with_the_checkpoints_layouts_is_named():
+    serving = TPUEmbeddingForServing(
+        feature_config(), None, experimental_sparsecore_restore_info={"num_tpu_devices": 1, "num_sc_chips_per_tpu": 4}
+    )
+    before = state_of(serving)["c"]["params"].copy()
+    with pytest.raises(ValueError, match=r"says 4 SparseCores, the checkpoint's layouts say \[8\]: drop the argument"):
+        tf.train.Checkpoint(embedding=serving).restore(STORED).expect_partial()
+    np.testing.assert_array_equal(state_of(serving)["c"]["params"], before)
