@@ -534,9 +534,18 @@ def _saver_restore(path, tables):
 
 
 def test_a_name_based_saver_never_loads_a_sparsecore_table_raw(tmp_path):
-    # The stored TF-built checkpoint: its 'c' has the table's key and shape; a Saver would load it shuffled.
-    with pytest.raises(tf.errors.OpError, match="belongs to a SparseCore-layout checkpoint .* Restore it with "):
+    # As a TPU writes it (one slice per chip, no variable names), a Saver finds nothing by name.
+    with pytest.raises(tf.errors.NotFoundError):
         _saver_restore(STORED, {"c": fx.TABLES["c"]})
+    # With variable names ('c' a plain variable 'c' holding the TPU's shuffled rows), it would load them shuffled.
+    reader = tf.train.load_checkpoint(STORED)
+    named = tf.Module()
+    for name in ("c", "_sparse_core_table_layouts"):
+        variable = tf.Variable(reader.get_tensor(f"embedding/{name}/.ATTRIBUTES/VARIABLE_VALUE"), name=name)
+        named._track_trackable(variable, name)
+    path = tf.train.Checkpoint(embedding=named).save(str(tmp_path / "named"))
+    with pytest.raises(tf.errors.OpError, match="belongs to a SparseCore-layout checkpoint .* Restore it with "):
+        _saver_restore(path, {"c": fx.TABLES["c"]})
     # An object-based checkpoint without layouts (upstream TF2 TPUEmbedding's variables) still restores by name.
     expected = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
     plain = tf.train.Checkpoint(c=tf.Variable(expected, name="c"))

@@ -3,8 +3,9 @@
 TensorFlow's layout stacker (`_pywrap_sparse_core_layout.SparseCoreLayoutStacker`, the C++ code `TPUEmbeddingV2`
 uses to stack, pad and rotate tables) and its CPU -> SparseCore shuffle (`tpu_embedding_v3_checkpoint_adapter.
 _shard_from_cpu_to_sc`) both run on CPU. The checkpoint has the object graph of a TPU `TPUEmbeddingV2`: under the
-embedding object, one variable per stack (`a_b`), one per stack and slot (`a_b/accumulators`), then the layouts proto
-under `_sparse_core_table_layouts` (TF's own `SparseCoreLayoutsTrackable`).
+embedding object, one variable per stack (`a_b`), one per stack and slot (`a_b/accumulators`), each saved in one
+slice per chip by TF's own `TPUEmbeddingShardedSaveable`, then the layouts proto under `_sparse_core_table_layouts`
+(TF's own `SparseCoreLayoutsTrackable`).
 """
 
 import collections
@@ -16,6 +17,7 @@ import tensorflow as tf
 try:
     from tensorflow.core.tpu.kernels import sparse_core_layout_pb2  # noqa: F401 (the tests parse with it)
     from tensorflow.python.tpu import _pywrap_sparse_core_layout
+    from tensorflow.python.tpu import tpu_embedding_v3 as tf_v3
     from tensorflow.python.tpu import tpu_embedding_v3_checkpoint_adapter as tf_adapter
     from tensorflow.python.tpu import tpu_embedding_v3_utils as tf_v3_utils
     from tensorflow.python.trackable import autotrackable
@@ -83,6 +85,21 @@ def random_values(slots: Sequence[str], tables=None, seed: int = 0) -> Dict[Tupl
     return out
 
 
+class _ShardedOnChips(trackable_base.Trackable if HAVE_TF_SPARSECORE else object):
+    """A stacked variable split in rows over the chips, saved as a TPU saves it: one slice per chip (TensorFlow's
+    `TPUEmbeddingShardedSaveable`), which readers see as one tensor."""
+
+    def __init__(self, value: np.ndarray, num_chips: int, name: str):
+        self._shards = [tf.Variable(part, name=name) for part in np.split(value, num_chips)]
+
+    def _gather_saveables_for_checkpoint(self):
+        def factory(name):
+            n = len(self._shards)
+            return [tf_v3.TPUEmbeddingShardedSaveable(v, k, n, 0, name) for k, v in enumerate(self._shards)]
+
+        return {trackable_base.VARIABLE_VALUE_KEY: factory}
+
+
 def write_checkpoint(path: str, values: Dict[Tuple[str, str], np.ndarray], slots: Sequence[str], layouts) -> str:
     """Writes a TPU `TPUEmbeddingV2`-style checkpoint `tf.train.Checkpoint(embedding=...)`; returns its path."""
     embedding = autotrackable.AutoTrackable()
@@ -90,7 +107,8 @@ def write_checkpoint(path: str, values: Dict[Tuple[str, str], np.ndarray], slots
         for kind in ["parameters"] + list(slots):
             per_table = {lay.table_name: values[(lay.table_name, kind)] for lay in stack_layouts}
             name = stack if kind == "parameters" else f"{stack}/{kind}"
-            embedding._track_trackable(tf.Variable(tf_stack(per_table, stack_layouts), name=name), name)
+            stacked = tf_stack(per_table, stack_layouts)
+            embedding._track_trackable(_ShardedOnChips(stacked, stack_layouts[0].num_partitions, name), name)
     embedding._track_trackable(
         tf_v3_utils.SparseCoreLayoutsTrackable(tf.constant(layouts.SerializeToString())),
         tf_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY,
