@@ -17,6 +17,9 @@ delivers the values:
 - with layouts, no hook writes anything: once the layouts and every hooked value have arrived, every table is
   read from its stack (parameters and slots: unstacked, unshuffled, unpadded), all checked before any is written.
   Tables or slots missing on either side are an error naming them, unless the owner allows a partial restore.
+
+The way back: `sparse_core_children` gives the checkpoint children that write an owner's tables in the SparseCore
+layout of a described TPU (`SparseCoreTopology`), for `TPUEmbeddingV2(..., sparse_core_topology=...)`.
 """
 
 import dataclasses
