@@ -54,5 +54,6 @@ from embedding.preprocessing import (
 )
 from embedding.serving import TPUEmbeddingForServing, serving_embedding_lookup
 from embedding.sharded_table import ShardedTable, ShardLayout
+from embedding.sparsecore_layout import SparseCoreTopology
 from embedding.tpu_embedding import TPUEmbedding
 from embedding.tpu_embedding_v2 import EnqueuedFeatures, TPUEmbeddingV2

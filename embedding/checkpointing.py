@@ -18,7 +18,7 @@ resource registration) behind a small API:
 """
 
 import logging
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -44,6 +44,9 @@ _ops.register_proto_function(
 
 #: Local name under which a logical tensor is serialized by `tf.train.Checkpoint` (same as tf.Variable).
 VARIABLE_VALUE_KEY = _trackable_base.VARIABLE_VALUE_KEY
+
+#: The base class of objects `tf.train.Checkpoint` saves and restores.
+Trackable = _trackable_base.Trackable
 
 
 def create_shard_variable(
@@ -205,9 +208,48 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
 
     def restore(self, restored_tensors, restored_shapes):
         del restored_shapes  # The logical shape is fixed; checked in assign().
+        check = _not_sparsecore_check(restored_tensors[0])
+        if check is not None:
+            with tf.control_dependencies([check]):
+                restored_tensors = [tf.identity(t) for t in restored_tensors]
         if self._logical.row_slices is not None:
             return self._logical.assign_shards(restored_tensors)
         return self._logical.assign(restored_tensors[0])
+
+
+_ATTRIBUTES = "/.ATTRIBUTES/"
+_SPARSECORE_LAYOUTS = "_sparse_core_table_layouts"  # embedding.sparsecore_layout.LAYOUTS_CHECKPOINT_KEY
+
+
+def _not_sparsecore_check(restored: tf.Tensor) -> Optional[tf.Tensor]:
+    """For a TF1 Saver restoring an object-based checkpoint by name: a check that the object holding the key has
+    no SparseCore layouts (its tables are stacked and shuffled: only `tf.train.Checkpoint` reads them, through the
+    layouts); None for name-based keys (the usual case) and eagerly.
+    """
+    op = restored.op
+    if tf.executing_eagerly() or op.type != "RestoreV2":
+        return None
+    names = tf.get_static_value(op.inputs[1])
+    if names is None:
+        return None
+    key = names[restored.value_index].decode("utf-8")
+    if _ATTRIBUTES not in key:
+        return None
+    owner = key.split(_ATTRIBUTES)[0].rpartition("/")[0]
+    layouts_key = f"{owner}/{_SPARSECORE_LAYOUTS}" if owner else _SPARSECORE_LAYOUTS
+    layouts_key += f"{_ATTRIBUTES}{VARIABLE_VALUE_KEY}"
+
+    def check(prefix: tf.Tensor) -> bool:
+        if tf.train.load_checkpoint(prefix.numpy().decode("utf-8")).has_tensor(layouts_key):
+            raise ValueError(
+                f"Checkpoint key '{key}' belongs to a SparseCore-layout checkpoint (it holds '{layouts_key}'): its "
+                f"tables are stacked and shuffled. Restore it with tf.train.Checkpoint (eagerly) into an embedding "
+                f"object, which reads it through its layouts; a name-based Saver would load the rows shuffled."
+            )
+        return True
+
+    with tf.device("/cpu:0"):
+        return tf.py_function(check, [op.inputs[0]], tf.bool, name="check_not_sparsecore")
 
 
 class LogicalTensor(_trackable_base.Trackable):
@@ -246,6 +288,8 @@ class LogicalTensor(_trackable_base.Trackable):
         self.host_device = host_device or ""
         self._assemble = assemble
         self._split = split
+        # Set by the owner for one `tf.train.Checkpoint` restore: `hook(self, restored_tensors)` restores instead.
+        self.restore_hook: Optional[Callable[["LogicalTensor", Dict[str, Any]], Any]] = None
         # What a TF1 Saver saves: one read per shard (`row_slices`) or of the assembled tensor, built once per graph
         # for every saveable of this tensor.
         if self.row_slices is not None:
@@ -311,11 +355,34 @@ class LogicalTensor(_trackable_base.Trackable):
         return {VARIABLE_VALUE_KEY: self.read()}
 
     def _restore_from_tensors(self, restored_tensors):
+        hook, self.restore_hook = self.restore_hook, None
+        if hook is not None:
+            return hook(self, restored_tensors)
         return self.assign(restored_tensors[VARIABLE_VALUE_KEY])
 
     def _gather_saveables_for_checkpoint(self):
         # TF1 Saver given this object directly in var_list: save under the exact key.
         return {VARIABLE_VALUE_KEY: lambda name=None: _LogicalSaveable(self, self.key)}
+
+
+def take_deferred_value(trackable: Any, name: str) -> Optional[tf.Tensor]:
+    """The checkpoint value of `trackable`'s child `name` that a restore found no object for, or None.
+
+    A `tf.train.Checkpoint` restore keeps each checkpoint child its object does not have (`_lookup_dependency`
+    returned None) as a deferred position; this reads that child's value (eagerly) and drops the position.
+    """
+    deferred = getattr(trackable, "_deferred_dependencies", None) or {}
+    positions = deferred.get(name)
+    if not positions:
+        return None
+    values = positions[-1].value_tensors()  # The latest restore's position.
+    deferred.pop(name, None)
+    for position in positions:  # Read: the restore's status counts them as matched and restored.
+        placeholder = Trackable()
+        placeholder._maybe_initialize_trackable()
+        position.bind_object(placeholder)
+        placeholder._update_uid = position.restore_uid
+    return values.get(VARIABLE_VALUE_KEY)
 
 
 def add_saveables_to_graph(saveables: Sequence[_saveable_object.SaveableObject]) -> None:

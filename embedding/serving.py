@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from embedding import config as config_lib
 from embedding.engine import EmbeddingEngine
+from embedding.sparsecore_checkpoint import RestoresSparseCoreCheckpoints, check_restore_info
 
 __all__ = ["check_ids_in_range", "serving_embedding_lookup", "TPUEmbeddingForServing"]
 
@@ -284,23 +285,39 @@ def serving_embedding_lookup(
     return tf.nest.pack_sequence_as(feature_config, outputs)
 
 
-class TPUEmbeddingForServing(tf.Module):
+class TPUEmbeddingForServing(RestoresSparseCoreCheckpoints, tf.Module):
     """Full (unsharded) tables for CPU serving, restorable from any `TPUEmbedding`/`TPUEmbeddingV2` checkpoint.
 
     The checkpoint layout is the logical one (`{table}`, `{table}/{slot}`), so checkpoints written with any number
-    of replicas or shards restore here.
+    of replicas or shards restore here; so do the SparseCore-layout checkpoints of a TPU's `TPUEmbeddingV2`, read
+    through the layouts they carry (`embedding.sparsecore_checkpoint`), parameters and slots.
 
     Args:
       feature_config: A nest of `FeatureConfig` (ours or upstream's).
       optimizer: Global optimizer (creates slot variables, so full training checkpoints restore without
         warnings about unused values) or None (tables only).
+      experimental_sparsecore_restore_info: TF 2.15's `{"num_tpu_devices": int, "num_sc_chips_per_tpu": int}`:
+        checkpoints without SparseCore layouts then hold each table (and slot) alone under its key, its rows
+        shuffled over `num_tpu_devices * num_sc_chips_per_tpu` SparseCores without rotation and padded; they are
+        unshuffled and unpadded on restore (eagerly). A checkpoint with layouts is read through them (the number
+        of SparseCores must agree).
+
+    Raises:
+      ValueError: `experimental_sparsecore_restore_info` lacks a key, has others, or a value is not a positive int.
     """
 
-    def __init__(self, feature_config: Any, optimizer: Any = None):
+    def __init__(
+        self,
+        feature_config: Any,
+        optimizer: Any = None,
+        experimental_sparsecore_restore_info: Optional[Dict[str, Any]] = None,
+    ):
+        num_sparse_cores = check_restore_info(experimental_sparsecore_restore_info)
         super().__init__(name=None)
         with tf.init_scope():
             self._engine = EmbeddingEngine(feature_config, optimizer, num_shards=1, devices=None)
         object.__setattr__(self, "_feature_config", feature_config)
+        self._init_sparsecore_restore(self._engine.tables, num_sparse_cores)
 
     def build(self) -> None:
         """No-op: the tables exist from construction (kept for upstream compatibility)."""

@@ -48,6 +48,7 @@ from embedding import combiners, preprocessing
 from embedding import config as config_lib
 from embedding import devices as devices_lib
 from embedding.engine import EmbeddingEngine
+from embedding.sparsecore_checkpoint import RestoresSparseCoreCheckpoints
 
 # Python control flow on Python values only: AutoGraph conversion would just cost tracing time.
 _do_not_convert = tf.autograph.experimental.do_not_convert
@@ -231,7 +232,7 @@ class _Step:
     applied: bool = False
 
 
-class TPUEmbedding(tf.Module):
+class TPUEmbedding(RestoresSparseCoreCheckpoints, tf.Module):
     """The mid-level TPU embedding API on CPU/GPU devices under any `tf.distribute` strategy.
 
     Args:
@@ -258,6 +259,7 @@ class TPUEmbedding(tf.Module):
         self._step: Optional[_Step] = None
         self._partial: Optional[Dict[str, Any]] = None
         self._table_views: Dict[str, Any] = {}
+        self._init_sparsecore_restore(self._engine.tables)
 
     @staticmethod
     def _partition_strategy() -> str:

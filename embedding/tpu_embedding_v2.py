@@ -28,6 +28,8 @@ from embedding import config as config_lib
 from embedding import devices as devices_lib
 from embedding import tpu_embedding as mid_level
 from embedding.engine import EmbeddingEngine
+from embedding.sparsecore_checkpoint import RestoresSparseCoreCheckpoints, sparse_core_children
+from embedding.sparsecore_layout import SparseCoreTopology
 
 # Python control flow on Python values only: AutoGraph conversion would just cost tracing time.
 _do_not_convert = tf.autograph.experimental.do_not_convert
@@ -49,19 +51,34 @@ class EnqueuedFeatures(dict):
         self.output_shapes = output_shapes
 
 
-class TPUEmbeddingV2(tf.Module):
+class TPUEmbeddingV2(RestoresSparseCoreCheckpoints, tf.Module):
     """SparseCore-style mid-level embedding API on CPU/GPU devices under any `tf.distribute` strategy.
 
     Args:
       feature_config: A nest of `FeatureConfig` (ours or upstream's).
       optimizer: Global embedding optimizer for tables without their own, or None (lookups only).
       pipeline_execution_with_tensor_core: must be False (ValueError otherwise); see `TPUEmbedding`.
+      sparse_core_topology: The TPU to write checkpoints for (`SparseCoreTopology(num_chips, sparse_cores_per_chip)`):
+        checkpoints then hold every table and slot in that TPU's SparseCore layout (each table alone in its stack)
+        with the layouts proto, so a TPU's `TPUEmbeddingV2` restores them (`embedding.sparsecore_checkpoint`). None:
+        the logical layout `{table}`, `{table}/{slot}`. Restores read either kind, whatever this is.
 
     Raises:
       ValueError: unsupported optimizer, duplicate table names, bad configs.
     """
 
-    def __init__(self, feature_config: Any, optimizer: Any = None, pipeline_execution_with_tensor_core: bool = False):
+    def __init__(
+        self,
+        feature_config: Any,
+        optimizer: Any = None,
+        pipeline_execution_with_tensor_core: bool = False,
+        sparse_core_topology: Optional[SparseCoreTopology] = None,
+    ):
+        if sparse_core_topology is not None and not isinstance(sparse_core_topology, SparseCoreTopology):
+            raise ValueError(
+                f"sparse_core_topology must be a SparseCoreTopology(num_chips, sparse_cores_per_chip), got "
+                f"{sparse_core_topology!r}."
+            )
         super().__init__(name=None)
         self._strategy, self._devices, self._num_replicas, self._engine = mid_level.replicated_engine(
             feature_config, optimizer, pipeline_execution_with_tensor_core, "mod"
@@ -73,6 +90,11 @@ class TPUEmbeddingV2(tf.Module):
         self._table_of = {key: f.table.name for key, f in keyed}
         self._output_shapes: Dict[str, tf.TensorShape] = {key: tf.TensorShape(f.output_shape) for key, f in keyed}
         self._built = False
+        self._init_sparsecore_restore(self._engine.tables)
+        children = None
+        if sparse_core_topology is not None:
+            children = sparse_core_children(self._engine.tables, sparse_core_topology)
+        object.__setattr__(self, "_checkpoint_children", children)  # Untracked: `_trackable_children` returns them.
 
     # ------------------------------------------------------------------------------------------- properties
     @property
@@ -297,6 +319,8 @@ class TPUEmbeddingV2(tf.Module):
     # ------------------------------------------------------------------------------------------- checkpoints
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         del kwargs
+        if self._checkpoint_children is not None and str(getattr(save_type, "value", save_type)) == "checkpoint":
+            return dict(self._checkpoint_children)
         return mid_level.trackable_children(self._engine, save_type, self._table_view)
 
 
