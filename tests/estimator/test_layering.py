@@ -36,6 +36,9 @@ NOT_TENSORFLOW = {
     "tpu_estimator/tpu_config.py": {"_tpu_config", "_shard_layouts"},  # its own RunConfig's fields on a copy
     "tpu_estimator/app/data/criteo.py": {"_record"},  # the module's own malformed-row counter
     "embedding/config.py": {"_source_ref"},  # its own config classes' field
+    # A SparseCore table's restore hands each of our trackables its values through the saveable protocol's method,
+    # which our own trackables implement (`checkpointing.py`, this module).
+    "embedding/sparsecore_checkpoint.py": {"_restore_from_tensors"},
 }
 NAMEDTUPLE_API = {"_replace", "_fields", "_asdict", "_make"}  # public methods of namedtuples despite the underscore
 # Subclasses of TensorFlow classes that read their base class's private state, and why.
@@ -53,6 +56,10 @@ TF_SUBCLASS_STATE = {
     },
     # `StepCounterHook` subclass whose `_log_and_record` override writes to the base's summary writer.
     ("tpu_estimator/hooks.py", "ExamplesPerSecondHook"): {"_summary_writer"},
+    # The mid-level APIs (tf.Module subclasses) call their own mixin's method (sparsecore_checkpoint.py).
+    ("embedding/serving.py", "TPUEmbeddingForServing"): {"_init_sparsecore_restore"},
+    ("embedding/tpu_embedding.py", "TPUEmbedding"): {"_init_sparsecore_restore"},
+    ("embedding/tpu_embedding_v2.py", "TPUEmbeddingV2"): {"_init_sparsecore_restore"},
 }
 
 
