@@ -6,8 +6,7 @@ two ways:
 * one client (the Python process calling `train()`) outside the cluster, like a TPU client: it connects to the
   master service of task 0 (`grpc://<task 0>`) and builds one graph whose shards are placed on
   `/job:<job>/task:<i>/device:<GPU or CPU>:<j>`; the hosts run plain servers (`tpu-estimator-server`);
-* one process per host (`Cluster.this_host` is set: `TF_CONFIG`'s task, or the resolver's, is a task of the hosts'
-  job): every host runs the program, starts its own server in-process (`host_server`) and builds only its own
+* one process per host (`Cluster.this_host` is set: `TF_CONFIG`'s task is a task of the hosts' job): every host runs the program, starts its own server in-process (`host_server`) and builds only its own
   replicas; dense gradients are summed across hosts by collective ops (`collectives.py`), embedding tables stay
   sharded over all hosts (docs/DISTRIBUTED.md).
 
@@ -139,7 +138,7 @@ def from_run_config(
       tf_config_cluster: the cluster spec of `TF_CONFIG`, or None.
       job_name: `TPUConfig.tpu_job_name`, or None.
       tf_config_task: `TF_CONFIG`'s `(task type, index)`, or None. A task of the hosts' job makes this process
-        that host (one process per host); so does a resolver whose `task_type` is the hosts' job.
+        that host (one process per host). A resolver always describes the hosts of this process as their client.
 
     Raises:
       ValueError: no job can be chosen, the job's tasks have no addresses, or this process's task index is not one
@@ -149,8 +148,6 @@ def from_run_config(
     if resolver is not None:
         spec = resolver.cluster_spec()
         target = resolver.master() or None
-        if getattr(resolver, "task_type", None) is not None and getattr(resolver, "task_id", None) is not None:
-            task = (resolver.task_type, int(resolver.task_id))
     elif session_config is not None and session_config.HasField("cluster_def"):
         spec = tf.train.ClusterSpec(session_config.cluster_def)
         target = master or None
