@@ -358,16 +358,15 @@ class EmbeddingEngine(tf.Module):
         Args:
           parts: per part, `(batches, activation_grads, device)`: the output of `preprocess` for its rows, the
             gradients of their activations (as in `apply_gradients`), and where its work runs.
-          learning_rate_override: Scalar used for every table instead of the optimizers' learning rates.
-          gradient_multiplier: Optional scalar multiplying every table gradient.
-          check_numerics: Raise InvalidArgumentError naming the table on NaN/Inf gradients, before any update.
+          learning_rate_override: as in `apply_gradients`.
+          gradient_multiplier: as in `apply_gradients`.
+          check_numerics: as in `apply_gradients`.
 
         Returns:
-          The update op in graph mode; None eagerly (the update has run).
+          As `apply_gradients`.
 
         Raises:
-          ValueError: a table has no optimizer (naming it), gradient structure/shape mismatch, or a batch
-            preprocessed with `deduplicate=False`.
+          ValueError: as `apply_gradients`.
         """
         if len(parts) == 1 and self._exchange is None:
             # One part is the batch: its ids are already unique, nothing to sum across parts.

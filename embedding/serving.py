@@ -52,16 +52,27 @@ def _id_range_check(values: tf.Tensor, vocabulary_size: int, feature: str, table
     )
 
 
+def read_after(value: Any, dependency: Any) -> Any:
+    """`value` (dense, sparse or ragged) read only after `dependency` (an op or tensor) has run.
+
+    Args:
+      value: a `Tensor`, `SparseTensor` or `RaggedTensor`.
+      dependency: what must run first (e.g. an id check).
+
+    Returns:
+      `value`'s equal, its values read under a control dependency on `dependency`.
+    """
+    with tf.control_dependencies([dependency]):
+        if isinstance(value, tf.SparseTensor):
+            return tf.SparseTensor(value.indices, tf.identity(value.values), value.dense_shape)
+        if isinstance(value, tf.RaggedTensor):
+            return value.with_flat_values(tf.identity(value.flat_values))
+        return tf.identity(value)
+
+
 def _gated(ids: Any, check: Optional[tf.Operation]) -> Any:
     """`ids` (dense, sparse or ragged) read only after `check` has passed."""
-    if check is None:
-        return ids
-    with tf.control_dependencies([check]):
-        if isinstance(ids, tf.SparseTensor):
-            return tf.SparseTensor(ids.indices, tf.identity(ids.values), ids.dense_shape)
-        if isinstance(ids, tf.RaggedTensor):
-            return ids.with_flat_values(tf.identity(ids.flat_values))
-        return tf.identity(ids)
+    return ids if check is None else read_after(ids, check)
 
 
 def check_ids_in_range(ids: Any, vocabulary_size: int, feature: str, table: str) -> Any:

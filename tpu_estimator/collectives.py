@@ -52,31 +52,27 @@ class HostCollectives(object):
     def is_chief(self) -> bool:
         return self.host == 0
 
+    def _members(self, timeout_seconds: Optional[float] = None) -> dict:
+        """The arguments that make one collective op of every host meet: the group, a new instance, the timeout."""
+        timeout = self.timeout_seconds if timeout_seconds is None else float(timeout_seconds)
+        return dict(
+            group_size=self.num_hosts,
+            group_key=_GROUP_KEY,
+            instance_key=_next_instance_key(),
+            timeout_seconds=timeout,
+        )
+
     def all_sum(self, tensor: tf.Tensor) -> tf.Tensor:
         """The sum of `tensor` over the hosts (every host gets the same values)."""
         with tf.device(tensor.device or self.device):
             return tf.raw_ops.CollectiveReduceV2(
-                input=tensor,
-                group_size=self.num_hosts,
-                group_key=_GROUP_KEY,
-                instance_key=_next_instance_key(),
-                ordering_token=[],
-                merge_op="Add",
-                final_op="Id",
-                timeout_seconds=self.timeout_seconds,
+                input=tensor, ordering_token=[], merge_op="Add", final_op="Id", **self._members()
             )
 
     def all_gather(self, tensor: tf.Tensor) -> tf.Tensor:
         """Every host's `tensor` concatenated on the first axis, in host order (same shape on every host)."""
         with tf.device(self.device):
-            return tf.raw_ops.CollectiveGatherV2(
-                input=tensor,
-                group_size=self.num_hosts,
-                group_key=_GROUP_KEY,
-                instance_key=_next_instance_key(),
-                ordering_token=[],
-                timeout_seconds=self.timeout_seconds,
-            )
+            return tf.raw_ops.CollectiveGatherV2(input=tensor, ordering_token=[], **self._members())
 
     def from_chief(self, tensor: tf.Tensor, timeout_seconds: Optional[float] = None) -> tf.Tensor:
         """The chief's `tensor` on every host (each host passes a tensor of the same dtype and shape).
@@ -85,22 +81,8 @@ class HostCollectives(object):
           tensor: this host's tensor (the chief's is sent; the others' give the shape and dtype received).
           timeout_seconds: how long to wait for the other hosts; default `self.timeout_seconds`.
         """
-        key = _next_instance_key()
-        timeout = self.timeout_seconds if timeout_seconds is None else float(timeout_seconds)
+        members = self._members(timeout_seconds)
         with tf.device(tensor.device or self.device):
             if self.is_chief:
-                return tf.raw_ops.CollectiveBcastSendV2(
-                    input=tensor,
-                    group_size=self.num_hosts,
-                    group_key=_GROUP_KEY,
-                    instance_key=key,
-                    timeout_seconds=timeout,
-                )
-            return tf.raw_ops.CollectiveBcastRecvV2(
-                group_size=self.num_hosts,
-                group_key=_GROUP_KEY,
-                instance_key=key,
-                shape=tf.shape(tensor),
-                T=tensor.dtype,
-                timeout_seconds=timeout,
-            )
+                return tf.raw_ops.CollectiveBcastSendV2(input=tensor, **members)
+            return tf.raw_ops.CollectiveBcastRecvV2(shape=tf.shape(tensor), T=tensor.dtype, **members)

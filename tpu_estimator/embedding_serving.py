@@ -89,10 +89,4 @@ def checked_column_features(spec: EmbeddingConfigSpec, features: Any) -> Any:
 
 def _read_after(value: Any, gate: Any) -> Any:
     """`value` (dense, sparse or ragged) read after the ops producing `gate` have run."""
-    dependency = gate.values if isinstance(gate, tf.SparseTensor) else gate
-    with tf.control_dependencies([dependency]):
-        if isinstance(value, tf.SparseTensor):
-            return tf.SparseTensor(value.indices, tf.identity(value.values), value.dense_shape)
-        if isinstance(value, tf.RaggedTensor):
-            return value.with_flat_values(tf.identity(value.flat_values))
-        return tf.identity(value)
+    return embedding.serving.read_after(value, gate.values if isinstance(gate, tf.SparseTensor) else gate)

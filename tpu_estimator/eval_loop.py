@@ -34,7 +34,7 @@ from tpu_estimator.collectives import HostCollectives
 from tpu_estimator.context import ShardingContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge
 from tpu_estimator.spec import call_scaffold_fn
-from tpu_estimator.step_feed import StepFeed
+from tpu_estimator.step_feed import FeedSources, StepFeed
 
 ModeKeys = _estimator_lib.ModeKeys
 
@@ -52,7 +52,7 @@ class TracedEvalStep:
     metric_inputs: Optional[List[tf.Tensor]]
 
 
-class EvalLoop(object):
+class EvalLoop(sharded_step.ModeOnShards):
     """Builds the EVAL graph on shards: the loop over N steps with the metric updates in it, and the hooks.
 
     Args:
@@ -61,8 +61,7 @@ class EvalLoop(object):
     """
 
     def __init__(self, settings: sharded_step.ShardedSettings, ctx: ShardingContext):
-        self._settings = settings
-        self._ctx = ctx
+        super(EvalLoop, self).__init__(settings, ctx)
         self._metric_variables = MetricVariables()
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
@@ -70,7 +69,7 @@ class EvalLoop(object):
         ctx = self._ctx
         collectives = sharded_step.host_collectives(ctx)
         bridge = sharded_step.embedding_bridge(self._settings, ctx, collectives)
-        feed = StepFeed.for_evaluation(call_input_fn, self._settings, ctx, bridge)
+        feed = StepFeed.for_evaluation(FeedSources(call_input_fn, self._settings, ctx, bridge))
         with tf.device(ctx.host_device):
             steps_read = tf.compat.v1.Variable(
                 0,

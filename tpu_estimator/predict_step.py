@@ -14,24 +14,14 @@ from typing import Any, List
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib, sharded_step
-from tpu_estimator.context import ShardingContext
 from tpu_estimator.spec import call_scaffold_fn
-from tpu_estimator.step_feed import StepFeed
+from tpu_estimator.step_feed import FeedSources, StepFeed
 
 ModeKeys = _estimator_lib.ModeKeys
 
 
-class PredictStep(object):
-    """Builds the PREDICT graph on shards: one step over every replica, its predictions and hooks.
-
-    Args:
-      settings: what every mode on shards needs (`model_fn`, params, embedding spec, ...).
-      ctx: the `ShardingContext` of PREDICT.
-    """
-
-    def __init__(self, settings: sharded_step.ShardedSettings, ctx: ShardingContext):
-        self._settings = settings
-        self._ctx = ctx
+class PredictStep(sharded_step.ModeOnShards):
+    """Builds the PREDICT graph on shards: one step over every replica, its predictions and hooks."""
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
         """Calls `input_fn`, builds the step, and returns its `EstimatorSpec` (predictions, hooks, scaffold).
@@ -41,7 +31,7 @@ class PredictStep(object):
         """
         collectives = sharded_step.host_collectives(self._ctx)
         bridge = sharded_step.embedding_bridge(self._settings, self._ctx, collectives)
-        feed = StepFeed.for_prediction(call_input_fn, self._settings, self._ctx, bridge)
+        feed = StepFeed.for_prediction(FeedSources(call_input_fn, self._settings, self._ctx, bridge))
         inputs = feed.read()
         # With one process per host, each host predicts its own rows.
         specs = sharded_step.replicate_model_fn(

@@ -39,6 +39,19 @@ class ShardedSettings:
     embedding_config_spec: Optional[EmbeddingConfigSpec]
 
 
+class ModeOnShards(object):
+    """Builds one mode's graph on shards (`TrainLoop`, `EvalLoop`, `PredictStep`) from fixed settings.
+
+    Args:
+      settings: what every mode on shards needs (`model_fn`, params, embedding spec, ...).
+      ctx: the `ShardingContext` of the mode.
+    """
+
+    def __init__(self, settings: ShardedSettings, ctx: ShardingContext):
+        self._settings = settings
+        self._ctx = ctx
+
+
 class Replicas(NamedTuple):
     """What replicating `model_fn` built.
 

@@ -44,6 +44,23 @@ class FedStep:
     padding_masks: Optional[List[tf.Tensor]] = None
 
 
+@dataclasses.dataclass(frozen=True)
+class FeedSources:
+    """What a mode's feed is built from.
+
+    Attributes:
+      call_input_fn: calls the user's `input_fn` with a `TPUContext`.
+      settings: the mode's `ShardedSettings` (batch axis, embedding spec).
+      ctx: the `ShardingContext` of the mode.
+      bridge: the mode's `EmbeddingBridge`, or None without embeddings.
+    """
+
+    call_input_fn: Callable[[TPUContext], Any]
+    settings: ShardedSettings
+    ctx: ShardingContext
+    bridge: Optional[EmbeddingBridge]
+
+
 class StepFeed(object):
     """Builds what runs ahead of the step now and hands out one step's inputs in the step (`read`).
 
@@ -70,25 +87,16 @@ class StepFeed(object):
         return self._read()
 
     @classmethod
-    def for_training(
-        cls,
-        call_input_fn: Callable[[TPUContext], Any],
-        settings: ShardedSettings,
-        ctx: ShardingContext,
-        bridge: Optional[EmbeddingBridge],
-    ) -> "StepFeed":
+    def for_training(cls, sources: FeedSources) -> "StepFeed":
         """TRAIN: ids preprocessed ahead by the embedding infeed; activations looked up in the step.
 
         Args:
-          call_input_fn: calls the user's `input_fn` with a `TPUContext`.
-          settings: the mode's `ShardedSettings` (batch axis, embedding spec).
-          ctx: the `ShardingContext` of the mode.
-          bridge: the mode's `EmbeddingBridge`, or None without embeddings.
+          sources: what the feed is built from.
 
         Returns:
           The feed; `input_fn` has been called and the infeed's enqueue loop built.
         """
-        pipeline, input_hooks = build_input_pipeline(call_input_fn, ctx, settings)
+        pipeline, input_hooks, bridge, ctx = _built(sources)
         if bridge is None:
             return cls(lambda: FedStep(pipeline.next_step().per_replica), input_hooks)
 
@@ -108,15 +116,9 @@ class StepFeed(object):
         return cls(read, input_hooks, infeed.hook)
 
     @classmethod
-    def for_evaluation(
-        cls,
-        call_input_fn: Callable[[TPUContext], Any],
-        settings: ShardedSettings,
-        ctx: ShardingContext,
-        bridge: Optional[EmbeddingBridge],
-    ) -> "StepFeed":
+    def for_evaluation(cls, sources: FeedSources) -> "StepFeed":
         """EVAL: the step reads its input and looks up its activations (arguments as `for_training`'s)."""
-        pipeline, input_hooks = build_input_pipeline(call_input_fn, ctx, settings)
+        pipeline, input_hooks, bridge, _ = _built(sources)
 
         def read() -> FedStep:
             per_replica = pipeline.next_step().per_replica
@@ -127,16 +129,10 @@ class StepFeed(object):
         return cls(read, input_hooks)
 
     @classmethod
-    def for_prediction(
-        cls,
-        call_input_fn: Callable[[TPUContext], Any],
-        settings: ShardedSettings,
-        ctx: ShardingContext,
-        bridge: Optional[EmbeddingBridge],
-    ) -> "StepFeed":
+    def for_prediction(cls, sources: FeedSources) -> "StepFeed":
         """PREDICT: padded batches; with embeddings, the next batches are read and looked up ahead of the step
         (arguments as `for_training`'s)."""
-        pipeline, input_hooks = build_input_pipeline(call_input_fn, ctx, settings)
+        pipeline, input_hooks, bridge, ctx = _built(sources)
         if bridge is None:
 
             def read_padded() -> FedStep:
@@ -160,6 +156,12 @@ class StepFeed(object):
             return FedStep([inputs for inputs, _ in replicas], padding_masks=[mask for _, mask in replicas])
 
         return cls(read, input_hooks, infeed.hook)
+
+
+def _built(sources: FeedSources):
+    """`input_fn` called: `(pipeline, hooks that start the input, bridge, ctx)`."""
+    pipeline, input_hooks = build_input_pipeline(sources.call_input_fn, sources.ctx, sources.settings)
+    return pipeline, input_hooks, sources.bridge, sources.ctx
 
 
 def build_input_pipeline(

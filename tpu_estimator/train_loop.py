@@ -31,7 +31,7 @@ from tpu_estimator.context import ShardingContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge
 from tpu_estimator.estimator_core import checkpoint_saver
 from tpu_estimator.spec import call_scaffold_fn
-from tpu_estimator.step_feed import FedStep, StepFeed
+from tpu_estimator.step_feed import FedStep, FeedSources, StepFeed
 from tpu_estimator.tpu_config import IterationsPerLoopCounter
 
 ModeKeys = _estimator_lib.ModeKeys
@@ -69,7 +69,7 @@ class TracedTrainLoop:
     replica0_spec: Any
 
 
-class TrainLoop(object):
+class TrainLoop(sharded_step.ModeOnShards):
     """Builds the TRAIN graph on shards: the loop, its train op and its hooks.
 
     Args:
@@ -79,16 +79,15 @@ class TrainLoop(object):
     """
 
     def __init__(self, settings: sharded_step.ShardedSettings, loop_settings: TrainLoopSettings, ctx: ShardingContext):
-        self._settings = settings
+        super(TrainLoop, self).__init__(settings, ctx)
         self._loop_settings = loop_settings
-        self._ctx = ctx
         self._host_calls = host_calls_lib.HostCallOutfeed(ctx.host_device, loop_settings.host_call_every_n_steps)
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
         """Calls `input_fn`, builds the loop, and returns its `EstimatorSpec` (train op, loss, hooks, scaffold)."""
         collectives = sharded_step.host_collectives(self._ctx)
         bridge = sharded_step.embedding_bridge(self._settings, self._ctx, collectives)
-        feed = StepFeed.for_training(call_input_fn, self._settings, self._ctx, bridge)
+        feed = StepFeed.for_training(FeedSources(call_input_fn, self._settings, self._ctx, bridge))
         traced = self._build_loop(feed, bridge, collectives)
         if bridge is not None:
             # Outside the loop: registration builds initialisation checks that must not live in the loop frame.
