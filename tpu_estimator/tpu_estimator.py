@@ -1,6 +1,7 @@
 """`TPUEstimator`: dispatches each mode to upstream's CPU path or to the shards."""
 
 import enum
+import sys
 from typing import Any, Callable
 
 import tensorflow as tf
@@ -126,7 +127,10 @@ class TPUEstimator(_estimator_lib.Estimator):
             raise ValueError(
                 "export_saved_model_api_version should be V1 or V2; got {}.".format(export_saved_model_api_version)
             )
-        _estimator_lib.verify_model_fn_args(model_fn, params)
+        # TPUEstimator always passes params (params["batch_size"]), so the core's warning that a model_fn taking
+        # `params` gets none would be wrong (upstream logs it for every such program with params=None).
+        takes_params = "params" in _estimator_lib.fn_args(model_fn)
+        _estimator_lib.verify_model_fn_args(model_fn, {} if params is None and takes_params else params)
         self._user_model_fn = model_fn
         self._use_tpu = use_tpu
         self._eval_on_tpu = eval_on_tpu
@@ -154,6 +158,9 @@ class TPUEstimator(_estimator_lib.Estimator):
             params=params or {},
             warm_start_from=warm_start_from,
         )
+        launcher = sys.modules.get("tpu_estimator.compat.launcher")
+        if launcher is not None and use_tpu:  # Under tpu-estimator-run: say how many shards, and why.
+            launcher.announce_shards(self._config)
 
     # ---- contexts -------------------------------------------------------------------------------------------
 

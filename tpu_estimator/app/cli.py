@@ -54,7 +54,7 @@ from absl import app, flags
 
 import tpu_estimator
 from tpu_estimator.app import config_file
-from tpu_estimator.app.errors import CliError
+from tpu_estimator.app.errors import CliError, data_error
 
 FLAGS = flags.FLAGS
 PROG = "tpu-estimator"
@@ -326,7 +326,11 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         _error(subcommand, "interrupted")
         return 130
     except Exception as e:  # noqa: BLE001 (one line for any failure; --traceback shows it whole)
-        message = commands.explain(e, config)
+        message = data_error(e)
+        if message is not None:  # A failed check on the data (an id out of range, a negative weight).
+            message = f"the data failed a check: {message}"
+        else:
+            message = commands.explain(e, config)
         if message is not None:
             if flag_values.traceback:
                 import traceback
