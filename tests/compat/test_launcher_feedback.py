@@ -1,11 +1,13 @@
-"""What the launcher tells the user: the shards each TPUEstimator runs on and why; a data error in two lines."""
+"""What the launcher tells the user: the shards each TPUEstimator runs on and why; a data error in two lines, and
+as the first line of the error TPUEstimator raises."""
 
 import textwrap
 
 import pytest
+import tensorflow as tf
 
 from tpu_estimator import compat
-from tpu_estimator.app import errors
+from tpu_estimator import data_errors as errors
 from tpu_estimator.compat import launcher as run_lib
 
 # What TensorFlow 2.15 and 2.21 report for a failed `tf.debugging.Assert` of our id check (quotes escaped).
@@ -99,3 +101,17 @@ def test_out_of_range_id_is_two_lines_naming_feature_table_and_id(tmp_path, laun
     assert "Traceback (most recent call last)" in captured.err
     assert captured.err.strip().splitlines()[-1].startswith("InvalidArgumentError: Feature 'user' (table 'tbl_user')")
     assert "TPUEstimator runs on 2 shards (--num_shards / TPU_ESTIMATOR_NUM_SHARDS)" in captured.out
+
+
+def test_a_failed_data_check_reaches_the_caller_with_its_message_first(tmp_path):
+    compat.install()
+    try:
+        with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+            exec(f"MODEL_DIR = {str(tmp_path / 'model')!r}\n" + textwrap.dedent(BAD_IDS_PROGRAM), {})
+    finally:
+        compat.uninstall()
+    lines = str(raised.value).splitlines()
+    assert lines[0] == (
+        "Feature 'user' (table 'tbl_user'): ids must be in [0, 500) (vocabulary_size); smallest and largest id: 1, 777"
+    )
+    assert any(line.startswith("assertion failed: [Feature") for line in lines[1:])  # TensorFlow's text follows

@@ -59,10 +59,9 @@ def _numpy_run():
 def results(tmp_path_factory):
     """name -> the program's results (or its error text); the launcher's output."""
     work_dir = str(tmp_path_factory.mktemp("spellings"))
-    env = dict(
-        os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])
-    )
-    env.pop("TPU_ESTIMATOR_NUM_SHARDS", None)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
+    for name in ("TPU_ESTIMATOR_NUM_SHARDS", "TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS"):
+        env.pop(name, None)
     command = [sys.executable, "-m", "tpu_estimator.compat.launcher", os.path.join(SPELLINGS_DIR, "run_all.py")]
     process = subprocess.run(
         command + [work_dir, *SPELLINGS],
@@ -74,7 +73,7 @@ def results(tmp_path_factory):
         text=True,
     )
     assert process.returncode == 0, process.stdout[-6000:]
-    out = {}
+    out = {"launcher output": process.stdout}
     for name in SPELLINGS:
         error = os.path.join(work_dir, name + ".error")
         if os.path.exists(error):
@@ -111,6 +110,17 @@ def test_spelling_reaches_our_classes_and_trains_as_numpy_does(results, name):
         np.testing.assert_allclose(out["train_losses"], expected["train_losses"], rtol=1e-5)
     else:
         assert "train_losses" not in out
+
+
+def test_the_launcher_prints_its_lines_and_no_tensorflow_log(results):
+    # No C++ start-up lines, no "failed call to cuInit", no Python warnings from TensorFlow or the Estimator.
+    assert results["launcher output"].splitlines() == [
+        "tpu-estimator-run: running on the shards of the program's TPUConfig(num_shards=...), else 1 (CPU); "
+        "--num_shards=N sets them; no TPU: everything runs on this machine",
+        # Once: every program's TPUEstimator runs on the same shards.
+        "tpu-estimator-run: TPUEstimator runs on 2 shards (the program's TPUConfig(num_shards=2)), 1 host, "
+        "logical CPU devices",
+    ]
 
 
 def test_every_spelling_program_is_in_the_corpus():

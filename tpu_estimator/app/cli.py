@@ -142,7 +142,10 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "skip_malformed", False, "data: skip (and count) malformed TSV lines when converting.", flag_values=flag_values
     )
     flags.DEFINE_bool(
-        "verbose", False, "Show TensorFlow's INFO logs (default: warnings and errors only).", flag_values=flag_values
+        "verbose",
+        False,
+        "Show TensorFlow's INFO and C++ warning logs (default: Python warnings, C++ errors).",
+        flag_values=flag_values,
     )
     flags.DEFINE_bool("traceback", False, "On an error, print the full traceback too.", flag_values=flag_values)
     flags.DEFINE_bool("version", False, "Print the version and exit.", flag_values=flag_values)
@@ -273,6 +276,18 @@ def check_data(config: config_file.Config, subcommand: str, predict_input: Optio
 # Running.
 
 
+# What happens first, said before it starts (the training progress hook names the session and first loop).
+_FIRST_STEPS = {
+    "train": "importing TensorFlow, then building the graph",
+    "evaluate": "importing TensorFlow, then building the graph",
+    "train_and_evaluate": "importing TensorFlow, then building the graph",
+    "predict": "importing TensorFlow, then loading the model",
+    "export": "importing TensorFlow, then building the serving graph",
+    "benchmark": "importing TensorFlow",
+    "data": "importing TensorFlow",
+}
+
+
 def _error(subcommand: str, message: str) -> None:
     print(f"{PROG} {subcommand}: error: {message}", file=sys.stderr)
     sys.stderr.flush()
@@ -312,6 +327,8 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
 
     from tpu_estimator.app import quiet
 
+    # Importing TensorFlow and building the graph take seconds before the first line of the command's own.
+    print(f"{PROG} {subcommand}: {_FIRST_STEPS.get(subcommand, 'importing TensorFlow')} ...", flush=True)
     verbosity = flag_values.verbosity if "verbosity" in flag_values and flag_values["verbosity"].present else None
     quiet.import_tensorflow(flag_values.verbose)
     quiet.configure_logging(flag_values.verbose, verbosity)

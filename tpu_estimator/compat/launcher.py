@@ -14,7 +14,7 @@ runs on shards: GPUs when present, otherwise logical CPU devices.
 Launcher options (before the script):
   --num_shards=N   run on N shards; sets TPU_ESTIMATOR_NUM_SHARDS.
   --traceback      on a configuration error, print the full traceback too.
-  --verbose        keep TensorFlow's start-up and INFO logs (default: warnings and errors only).
+  --verbose        keep TensorFlow's start-up, INFO and C++ warning logs (default: Python warnings, C++ errors).
   -h, --help       this help.
 
 Before the program starts, one line (on stdout) says how many shards it runs on and that a TPU address given to the program
@@ -36,7 +36,12 @@ Environment:
 A `ValueError`/`TypeError`/`NotImplementedError` raised by tpu_estimator's own checks (for instance
 `num_cores_per_replica` model parallelism, which needs a TPU) is a configuration error: instead of a deep
 traceback, two lines: where the program called into us, then the error, which says what to change. The exit
-status is 1. Other errors propagate with their full traceback.
+status is 1. A failed check on the program's data inside TensorFlow (an embedding id out of range, a negative
+weight: `tf.debugging.Assert` of the embedding engine) is also two lines: what failed, then the error naming the
+feature, table, values and valid range. Other errors propagate with their full traceback.
+
+Each TPUEstimator the program builds with `use_tpu=True` prints one line (on stdout) saying how many shards and hosts
+it runs on and where the number comes from (`TPUConfig(num_shards=...)`, `--num_shards`, the GPU count).
 """
 
 import importlib.util
@@ -46,7 +51,7 @@ import sys
 import traceback
 from typing import Any, List, Optional, Sequence, Tuple
 
-from tpu_estimator.app import errors
+from tpu_estimator import data_errors
 
 NUM_SHARDS_ENV = "TPU_ESTIMATOR_NUM_SHARDS"
 TRACEBACK_ENV = "TPU_ESTIMATOR_TRACEBACK"
@@ -301,7 +306,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sys.stderr.write("{}: error: {}\n".format(_PROG, e))
         return 2
     except Exception as e:  # noqa: BLE001 (data and configuration errors in two lines, others re-raised)
-        data_message = errors.data_error(e)
+        data_message = data_errors.data_error(e)
         if data_message is not None:
             if show_traceback:
                 traceback.print_exc()
