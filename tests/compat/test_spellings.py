@@ -2,8 +2,8 @@
 
 Each program of tests/programs/spellings/ looks the API up one way (`tf.estimator.tpu`, `tf.compat.v1.estimator`,
 `import tensorflow.compat.v1 as tf`, `tf.contrib.*`, `tensorflow.contrib.tpu.python.tpu.*`, `tensorflow_estimator`
-and its modules, `tensorflow.python.estimator.*`) and trains the same linear regression with it. One launcher
-process runs them all (`run_all.py`, one after the other, each as `__main__`) to keep the test fast. Each result
+and its modules, `tensorflow.python.estimator.*`, `tensorflow.python.tpu.*`) and trains the same linear regression
+with it. One launcher process runs them all (`run_all.py`, one after the other, each as `__main__`) to keep the test fast. Each result
 must be our classes, and the values of a NumPy model of the run: full-batch gradient descent (every step reads the
 8 rows: 4 per shard on 2 shards), the evaluation loss of the first shard's rows (upstream's TPU evaluation reports
 replica 0's loss), the metric over all rows, and the training losses a host_call wrote through the contrib summary API.
@@ -29,6 +29,7 @@ SPELLINGS = (
     "tensorflow_estimator_top",
     "tensorflow_estimator_modules",
     "tensorflow_python_estimator",
+    "tensorflow_python_tpu",
 )
 # Programs whose host_call writes the training loss with the TF1 contrib summary API.
 WITH_SUMMARIES = ("contrib_attributes", "contrib_modules", "contrib_deep_paths")

@@ -9,10 +9,11 @@ Public TPUEstimator programs import the API through module paths as well as thro
   modules (`from tensorflow_estimator.python.estimator.tpu import tpu_estimator`, `...tpu_config`,
   `...estimator`, `...model_fn`, `...mode_keys`, `...run_config`, `...export.export`, ...).
 * `tensorflow.python.estimator.*` (`from tensorflow.python.estimator import estimator as estimator_lib`,
-  `model_fn as model_fn_lib`, `run_config`, `export.export_output`), TensorFlow's shims of the same modules.
+  `model_fn as model_fn_lib`, `run_config`, `export.export_output`), TensorFlow's shims of the same modules, and
+  `from tensorflow.python.tpu import tpu_estimator, tpu_config` (Mesh TensorFlow, T5).
 
-`contrib_deep_modules()` builds the first; `estimator_path_modules()` the other two, for when our Estimator core is
-active (TensorFlow 2.16+, where those packages are gone, or `TPU_ESTIMATOR_CORE=ours`). With upstream's core
+`contrib_deep_modules()` builds the first; `estimator_path_modules()` and `tf_python_tpu_modules()` the others, for
+when our Estimator core is active (TensorFlow 2.16+, where those packages are gone, or `TPU_ESTIMATOR_CORE=ours`). With upstream's core
 (TensorFlow 2.15), upstream's modules stay and `upstream_tpu_module_names()` lists the names that `install()` sets
 in them, so that upstream's names reach our classes: one class per name, whichever path a program took.
 """
@@ -155,9 +156,26 @@ def estimator_path_modules(estimator: namespaces.Namespace) -> Dict[str, namespa
     return modules
 
 
+def tf_python_tpu_modules() -> Dict[str, namespaces.Namespace]:
+    """`tensorflow.python.tpu.{tpu_estimator,tpu_config,tpu_context}` (TensorFlow's stubs of tensorflow_estimator's
+    modules until 2.15, imported by Mesh TensorFlow and T5 programs) as modules of our classes.
+
+    Returns:
+      `{module name: module}`; `install()` also sets each on TensorFlow's `tensorflow.python.tpu` package.
+    """
+    return {
+        f"tensorflow.python.tpu.{name}": namespaces.make_namespace(
+            f"tensorflow.python.tpu.{name}", names, "Legacy module path, from tpu_estimator.compat."
+        )
+        for name, names in _tpu_module_members().items()
+    }
+
+
 def upstream_tpu_module_names() -> Dict[str, Dict[str, Any]]:
-    """{upstream module name: {name: our object}} set by `install()` when upstream's Estimator core is active."""
+    """{upstream module name: {name: our object}} set by `install()` when upstream's Estimator core is active:
+    tensorflow_estimator's TPU modules, its `estimator.tpu` API and TensorFlow's stubs of those modules."""
     members = {f"tensorflow_estimator.python.estimator.tpu.{n}": names for n, names in _tpu_module_members().items()}
+    members.update({f"tensorflow.python.tpu.{n}": names for n, names in _tpu_module_members().items()})
     members["tensorflow_estimator._api.v1.estimator.tpu"] = namespaces.estimator_names()
     members["tensorflow_estimator._api.v1.estimator.tpu.experimental"] = namespaces.estimator_experimental_names()
     return members

@@ -152,6 +152,11 @@ def _targets() -> tuple:
         estimator_targets.append(
             ("module:tensorflow.python", {"estimator": path_modules["tensorflow.python.estimator"]})
         )
+        tpu_modules = legacy_modules.tf_python_tpu_modules()
+        modules.update(tpu_modules)
+        estimator_targets.append(
+            ("module:tensorflow.python.tpu", {name.rpartition(".")[2]: m for name, m in tpu_modules.items()})
+        )
     contrib_roots = [root for root in roots if root.endswith("v1") or root == ""]
     return estimator_targets + [
         ("compat.v1.tpu", namespaces.tpu_names()),
