@@ -343,11 +343,9 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         _error(subcommand, "interrupted")
         return 130
     except Exception as e:  # noqa: BLE001 (one line for any failure; --traceback shows it whole)
-        message = data_error(e)
-        if message is not None:  # A failed check on the data (an id out of range, a negative weight).
-            message = f"the data failed a check: {message}"
-        else:
-            message = commands.explain(e, config)
+        message = commands.explain(e, config)
+        if message is None and data_error(e) is not None:  # A failed check (an id out of range, a negative weight).
+            message = f"the data failed a check: {data_error(e)}"
         if message is not None:
             if flag_values.traceback:
                 import traceback
