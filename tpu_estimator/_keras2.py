@@ -41,19 +41,36 @@ def tensorflow_version() -> Optional[Tuple[int, int]]:
         return None
 
 
-def _keras_in_use() -> Optional[str]:
-    """`"keras2"`/`"keras3"` when an imported TensorFlow has resolved `tf.keras` already, else None (still open)."""
-    tf = sys.modules.get("tensorflow")
-    if tf is None:
-        return None
-    keras = vars(tf).get("keras")
-    if keras is None:
-        return None
-    if type(keras).__name__ == "KerasLazyLoader":
-        if not vars(keras).get("_tfll_initialized", False):
+def _loader_keras(loader: object) -> Optional[str]:
+    """`"keras2"`/`"keras3"` for a resolved `tf.keras`-like attribute (a module, or TensorFlow's KerasLazyLoader once
+    used), None while it is an unused loader."""
+    if type(loader).__name__ == "KerasLazyLoader":
+        if not vars(loader).get("_tfll_initialized", False):
             return None
-        return "keras2" if vars(keras).get("_tfll_keras_version") in ("tf_keras", "keras_2") else "keras3"
-    return "keras2" if getattr(keras, "__name__", "").startswith("tf_keras") else "keras3"
+        return "keras2" if vars(loader).get("_tfll_keras_version") in ("tf_keras", "keras_2") else "keras3"
+    name = getattr(loader, "__name__", "")  # The module a loader put in its place once used.
+    if name.startswith(("tf_keras", "keras.api")):
+        return "keras2"
+    return "keras3" if name.startswith("keras") else None  # TensorFlow 2.15's own `layers` module: not Keras
+
+
+def _keras_in_use() -> Optional[str]:
+    """`"keras2"`/`"keras3"` when an imported TensorFlow has resolved `tf.keras` or `tf.compat.v1.layers` (each is
+    resolved on its first use), else None: the choice is still open."""
+    tf = sys.modules.get("tensorflow")
+    version = tensorflow_version()
+    if tf is None or (version is not None and version < (2, 16)):  # before 2.16 tf.keras is always Keras 2
+        return None
+    candidates = [vars(tf).get("keras")]
+    v1 = sys.modules.get("tensorflow.compat.v1") or getattr(vars(tf).get("compat"), "v1", None)
+    v1 = getattr(v1, "_tfmw_wrapped_module", v1)  # TensorFlow's module wrapper: its module's own attributes
+    if v1 is not None:
+        candidates.append(vars(v1).get("layers"))
+    for loader in candidates:
+        state = None if loader is None else _loader_keras(loader)
+        if state is not None:
+            return state
+    return None
 
 
 def select_keras2() -> bool:

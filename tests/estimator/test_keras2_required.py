@@ -21,7 +21,7 @@ if {hide_tf_keras}:
     sys.modules["tf_keras"] = None  # as if tf-keras were not installed
 import tensorflow as tf
 if {touch_keras_first}:
-    tf.keras.layers  # the program uses tf.keras before it imports tpu_estimator
+    hasattr(tf.compat.v1.layers if {touch_keras_first} == "layers" else tf.keras, "Layer")  # used before tpu_estimator
 from tpu_estimator import experimental as tex
 from tpu_estimator import spec
 from tpu_estimator._keras2 import Keras2RequiredError
@@ -80,8 +80,10 @@ def test_importing_tpu_estimator_after_tensorflow_selects_keras_2():
     assert _run(legacy_keras=False) == {"LAYERS": "ok", "BUILT": "['a_embedding']", "KERAS": "2"}
 
 
-def test_keras3_already_in_use_gives_one_error_saying_what_to_do():
-    out = _run(legacy_keras=False, touch_keras_first=True)
+@pytest.mark.parametrize("used_first", ["keras", "layers"])
+def test_keras3_already_in_use_gives_one_error_saying_what_to_do(used_first):
+    # tf.keras or tf.compat.v1.layers (each resolved on its first use) already Keras 3: no half-switch to Keras 2.
+    out = _run(legacy_keras=False, touch_keras_first=repr(used_first))
     if out["KERAS"] == "2":  # TF 2.15: tf.keras is Keras 2 without the variable.
         assert out == {"LAYERS": "ok", "BUILT": "['a_embedding']", "KERAS": "2"}
         return
