@@ -205,6 +205,7 @@ def main() -> int:
             last_step=config.train.steps,
             every_secs=5,
             printer=lambda line: say("      " + line),
+            phases=False,  # PhaseHook names them, with a heartbeat
         )
         phases = PhaseHook(console, config.tpu.iterations_per_loop)
         console.phase(

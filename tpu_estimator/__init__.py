@@ -3,7 +3,8 @@
 The public API mirrors `tf.compat.v1.estimator.tpu` and `tf.compat.v1.tpu`.
 
 The names are imported on first use (PEP 562), so that `import tpu_estimator.app.cli` and
-`tpu_estimator.__version__` do not import TensorFlow.
+`tpu_estimator.__version__` do not import TensorFlow. Importing the package selects Keras 2 for `tf.keras` on
+TensorFlow 2.16+ when tf-keras is installed and `TF_USE_LEGACY_KERAS` is unset (`tpu_estimator._keras2`).
 """
 
 import importlib
@@ -28,6 +29,12 @@ def _version() -> str:
 
 
 __version__ = _version()
+
+# Keras 2 for TPUEstimator programs on TensorFlow 2.16+ (TF_USE_LEGACY_KERAS=1 when tf-keras is installed and the
+# user set nothing), before the program first uses tf.keras. Imports no TensorFlow.
+from tpu_estimator import _keras2  # noqa: E402
+
+_keras2.select_keras2()
 
 _EXPORTS = {
     "TPUContext": "context",

@@ -4,7 +4,7 @@ import collections
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, host_call_spec
+from tpu_estimator import _estimator_lib, _keras2, host_call_spec
 
 
 class TPUEstimatorSpec(
@@ -122,6 +122,7 @@ def call_user_model_fn(model_fn, features, labels, mode, config, params):
 
     Raises:
       ValueError: `model_fn` lacks `params`, or does not take labels while the input has them.
+      Keras2RequiredError: `model_fn` used a Keras 2 API (`tf.compat.v1.layers`) while `tf.keras` is Keras 3.
     """
     model_fn_args = _estimator_lib.fn_args(model_fn)
     kwargs = {}
@@ -139,7 +140,14 @@ def call_user_model_fn(model_fn, features, labels, mode, config, params):
             "size as params['batch_size']".format(model_fn)
         )
     kwargs["params"] = params
-    return model_fn(features=features, **kwargs)
+    try:
+        return model_fn(features=features, **kwargs)
+    except AttributeError as error:
+        if _keras2.is_keras3_layers_error(error):  # `tf.compat.v1.layers.dense` with tf.keras already Keras 3
+            raise _keras2.Keras2RequiredError(
+                _keras2.message("model_fn's Keras 2 API ({})".format(error), "tf.keras is Keras 3")
+            ) from error
+        raise
 
 
 def verify_spec_on_shards(spec, mode: str):

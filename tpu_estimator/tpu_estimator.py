@@ -2,12 +2,13 @@
 
 import enum
 import os
+import sys
 import tempfile
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, cpu_path, predict_step, sharded_step, train_guard
+from tpu_estimator import _estimator_lib, cpu_path, data_errors, predict_step, sharded_step, train_guard
 from tpu_estimator import cluster as cluster_lib
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator.context import ShardingContext
@@ -128,7 +129,10 @@ class TPUEstimator(_estimator_lib.Estimator):
             raise ValueError(
                 "export_saved_model_api_version should be V1 or V2; got {}.".format(export_saved_model_api_version)
             )
-        _estimator_lib.verify_model_fn_args(model_fn, params)
+        # TPUEstimator always passes params (params["batch_size"]), so the core's warning that a model_fn taking
+        # `params` gets none would be wrong (upstream logs it for every such program with params=None).
+        takes_params = "params" in _estimator_lib.fn_args(model_fn)
+        _estimator_lib.verify_model_fn_args(model_fn, {} if params is None and takes_params else params)
         self._user_model_fn = model_fn
         self._use_tpu = use_tpu
         self._eval_on_tpu = eval_on_tpu
@@ -157,6 +161,9 @@ class TPUEstimator(_estimator_lib.Estimator):
             params=params or {},
             warm_start_from=warm_start_from,
         )
+        launcher = sys.modules.get("tpu_estimator.compat.launcher")
+        if launcher is not None and use_tpu:  # Under tpu-estimator-run: say how many shards, and why.
+            launcher.announce_shards(self._config)
 
     # ---- contexts -------------------------------------------------------------------------------------------
 
@@ -181,6 +188,8 @@ class TPUEstimator(_estimator_lib.Estimator):
           tpu_estimator.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
           ValueError: `per_host_input_for_training` is SLICED (an evaluation/prediction configuration).
           tpu_estimator.cluster.ClusterError: on a cluster, a host is lost or cannot write `model_dir`.
+          tf.errors.InvalidArgumentError: a check on the data failed (an embedding id out of range, a negative
+            weight): the first line of its message names the feature, the table, the values and the valid range.
         """
         check_training_input_configuration(self.config.tpu_config)
         with (
@@ -196,16 +205,19 @@ class TPUEstimator(_estimator_lib.Estimator):
             self._train_hooks_save_checkpoints = any(
                 isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks or ()
             )
-            return super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
+            with data_errors.named_in_first_line():
+                return super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
 
     def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
-        """The Estimator's `evaluate`; on a cluster a lost host raises `cluster.ClusterError` naming it."""
-        with cluster_lib.reporting_faults(self._config.tpu_cluster, "evaluate()"):
+        """The Estimator's `evaluate`; on a cluster a lost host raises `cluster.ClusterError` naming it; a failed check
+        on the data raises TensorFlow's error with what failed as its first line (`data_errors`)."""
+        with cluster_lib.reporting_faults(self._config.tpu_cluster, "evaluate()"), data_errors.named_in_first_line():
             return super(TPUEstimator, self).evaluate(input_fn, steps, hooks, checkpoint_path, name)
 
     def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None, yield_single_examples=True):
-        """The Estimator's `predict`; on a cluster a lost host raises `cluster.ClusterError` naming it."""
-        with cluster_lib.reporting_faults(self._config.tpu_cluster, "predict()"):
+        """The Estimator's `predict`; on a cluster a lost host raises `cluster.ClusterError` naming it; a failed check
+        on the data raises TensorFlow's error with what failed as its first line (`data_errors`)."""
+        with cluster_lib.reporting_faults(self._config.tpu_cluster, "predict()"), data_errors.named_in_first_line():
             yield from super(TPUEstimator, self).predict(
                 input_fn, predict_keys, hooks, checkpoint_path, yield_single_examples
             )

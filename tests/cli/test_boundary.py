@@ -370,3 +370,20 @@ print("ok")
 """
     proc = run_subprocess(code, python_code=True, timeout=300)
     assert proc.stdout == "ok\n", proc.stderr
+
+
+def test_a_training_run_says_what_it_does_and_prints_no_tensorflow_log(tmp_path):
+    # Without TF_CPP_MIN_LOG_LEVEL: no start-up lines, no "failed call to cuInit", no C++ warning such as the
+    # rendezvous lines of the embedding infeed's shutdown; the first line comes before TensorFlow is imported.
+    proc = run_subprocess(
+        ["train", f"--config={TINY}", f"--model_dir={tmp_path}/m", "--set=train.steps=10"], timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[:3] == [
+        "tpu-estimator train: importing TensorFlow, then building the graph ...",
+        "creating the session (initializing variables and embedding tables) ...",
+        "training from step 0: the first loop includes the warm-up ...",
+    ], proc.stdout
+    output = proc.stdout + proc.stderr
+    assert not any(marker in output for marker in TF_LOG_MARKERS + ("E0000", "cuInit", "rendezvous")), output

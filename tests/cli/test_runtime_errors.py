@@ -184,3 +184,26 @@ def test_evaluation_steps_beyond_the_data_name_the_batches_it_holds(dlrm_dir, ro
         "eval.steps 3: the evaluation data holds only 1 batches of eval.batch_size 32; set eval.steps <= 1, or "
         "eval.steps=null to use every full batch"
     )
+
+
+def test_a_failed_data_check_is_one_line_naming_feature_table_and_id(tmp_path, capsys, monkeypatch):
+    # What the embedding engine's id check raises inside a session run (TensorFlow escapes the quotes).
+    from tpu_estimator.app import commands
+
+    message = (
+        "Graph execution error:\n\nDetected at node 'x' defined at (most recent call last):\n  File \"a.py\"\n"
+        "assertion failed: [Feature \\'cat_3\\' (table \\'tbl_cat_3\\'): ids must be in [0, 500) (vocabulary_size); "
+        "smallest and largest id:] [0] [731]\n\t [[{{node Assert}}]]"
+    )
+
+    def run(subcommand, config, flag_values):
+        raise tf.errors.InvalidArgumentError(None, None, message)
+
+    monkeypatch.setattr(commands, "run", run)
+    assert run_in_process("train", "--config=dlrm_tiny", f"--model_dir={tmp_path}/m") == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["tpu-estimator train: importing TensorFlow, then building the graph ..."]
+    assert captured.err.strip().splitlines() == [
+        "tpu-estimator train: error: the data failed a check: Feature 'cat_3' (table 'tbl_cat_3'): ids must be in "
+        "[0, 500) (vocabulary_size); smallest and largest id: 0, 731"
+    ]

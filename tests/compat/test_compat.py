@@ -383,3 +383,52 @@ def test_tpu_addresses_env_must_be_cluster_or_ignore(monkeypatch):
     monkeypatch.setenv("TPU_ESTIMATOR_TPU_ADDRESSES", "local")
     with pytest.raises(ValueError, match="TPU_ESTIMATOR_TPU_ADDRESSES='local': expected 'cluster' or 'ignore'"):
         cluster_resolver_lib.TPUClusterResolver(tpu="grpc://10.1.2.3:8470")
+
+
+LEGACY_MODULE_NAMES = {
+    # module path: {name: what it must be while installed}
+    "tensorflow.contrib.tpu.python.tpu.tpu_estimator": {"TPUEstimator": te.TPUEstimator},
+    "tensorflow.contrib.tpu.python.tpu.tpu_config": {"RunConfig": te.RunConfig, "TPUConfig": te.TPUConfig},
+    "tensorflow.contrib.tpu.python.tpu.tpu_optimizer": {"CrossShardOptimizer": te.CrossShardOptimizer},
+    "tensorflow.contrib.cluster_resolver.python.training.tpu_cluster_resolver": {
+        "TPUClusterResolver": cluster_resolver_lib.TPUClusterResolver
+    },
+    "tensorflow_estimator.python.estimator.tpu.tpu_estimator": {"TPUEstimatorSpec": te.TPUEstimatorSpec},
+    "tensorflow_estimator.python.estimator.tpu.tpu_config": {"InputPipelineConfig": te.InputPipelineConfig},
+    "tensorflow.python.tpu.tpu_estimator": {"TPUEstimator": te.TPUEstimator},
+}
+
+
+def _import(name):
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def test_legacy_module_paths_while_installed_and_after():
+    before = {name: {k: getattr(_import(name), k, None) for k in names} for name, names in LEGACY_MODULE_NAMES.items()}
+    compat.install()
+    try:
+        for name, names in LEGACY_MODULE_NAMES.items():
+            module = _import(name)
+            for key, expected in names.items():
+                assert getattr(module, key) is expected, (name, key)
+        # Without a dotted import too: each module is an attribute of its parent.
+        import tensorflow_estimator
+
+        assert tensorflow_estimator.estimator.tpu.TPUEstimator is te.TPUEstimator
+        from tensorflow_estimator.python.estimator import estimator as estimator_module
+        from tensorflow_estimator.python.estimator import mode_keys
+
+        from tpu_estimator import estimator as estimator_lib
+
+        assert estimator_module.Estimator is estimator_lib.Estimator and mode_keys.ModeKeys is estimator_lib.ModeKeys
+    finally:
+        compat.uninstall()
+    after = {name: {k: getattr(_import(name), k, None) for k in names} for name, names in LEGACY_MODULE_NAMES.items()}
+    for name, names in before.items():
+        for key, value in names.items():
+            assert after[name][key] is value, (name, key)

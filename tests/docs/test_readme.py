@@ -67,7 +67,10 @@ def block_id(block: Block) -> str:
 
 
 def subprocess_env(tmp_path: Path) -> dict:
+    """The environment of a README block or example: as a user's plain `python`, without TF_USE_LEGACY_KERAS (which
+    the test session sets), since `import tpu_estimator` selects Keras 2 itself."""
     env = dict(os.environ)
+    env.pop("TF_USE_LEGACY_KERAS", None)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env["EXAMPLE_STEPS"] = SMALL_STEPS

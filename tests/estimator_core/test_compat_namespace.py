@@ -20,7 +20,7 @@ def without_tf_estimator(monkeypatch):
         # TF 2.15's lazy loaders replace themselves by the module when first used (install() uses them): resolve
         # them now, so that the snapshot before install() is what uninstall() restores.
         getattr(getattr(namespace, "estimator", None), "Estimator", None)
-    monkeypatch.setattr(patching, "_has_estimator", lambda: False)
+    monkeypatch.setattr(patching, "_our_estimator_namespaces", lambda: True)
 
 
 def _module_name(entry):

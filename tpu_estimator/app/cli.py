@@ -53,7 +53,7 @@ from absl import app, flags
 
 import tpu_estimator
 from tpu_estimator.app import config_file
-from tpu_estimator.app.errors import CliError
+from tpu_estimator.app.errors import CliError, data_error
 from tpu_estimator.app.run_config_file import load
 
 FLAGS = flags.FLAGS
@@ -142,7 +142,10 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "skip_malformed", False, "data: skip (and count) malformed TSV lines when converting.", flag_values=flag_values
     )
     flags.DEFINE_bool(
-        "verbose", False, "Show TensorFlow's INFO logs (default: warnings and errors only).", flag_values=flag_values
+        "verbose",
+        False,
+        "Show TensorFlow's INFO and C++ warning logs (default: Python warnings, C++ errors).",
+        flag_values=flag_values,
     )
     flags.DEFINE_bool("traceback", False, "On an error, print the full traceback too.", flag_values=flag_values)
     flags.DEFINE_bool("version", False, "Print the version and exit.", flag_values=flag_values)
@@ -245,6 +248,18 @@ def check_data(config: config_file.Config, subcommand: str, predict_input: Optio
 # Running.
 
 
+# What happens first, said before it starts (the training progress hook names the session and first loop).
+_FIRST_STEPS = {
+    "train": "importing TensorFlow, then building the graph",
+    "evaluate": "importing TensorFlow, then building the graph",
+    "train_and_evaluate": "importing TensorFlow, then building the graph",
+    "predict": "importing TensorFlow, then loading the model",
+    "export": "importing TensorFlow, then building the serving graph",
+    "benchmark": "importing TensorFlow",
+    "data": "importing TensorFlow",
+}
+
+
 def _error(subcommand: str, message: str) -> None:
     print(f"{PROG} {subcommand}: error: {message}", file=sys.stderr)
     sys.stderr.flush()
@@ -284,6 +299,8 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
 
     from tpu_estimator.app import quiet
 
+    # Importing TensorFlow and building the graph take seconds before the first line of the command's own.
+    print(f"{PROG} {subcommand}: {_FIRST_STEPS.get(subcommand, 'importing TensorFlow')} ...", flush=True)
     verbosity = flag_values.verbosity if "verbosity" in flag_values and flag_values["verbosity"].present else None
     quiet.import_tensorflow(flag_values.verbose)
     quiet.configure_logging(flag_values.verbose, verbosity)
@@ -299,6 +316,8 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         return 130
     except Exception as e:  # noqa: BLE001 (one line for any failure; --traceback shows it whole)
         message = commands.explain(e, config)
+        if message is None and data_error(e) is not None:  # A failed check (an id out of range, a negative weight).
+            message = f"the data failed a check: {data_error(e)}"
         if message is not None:
             if flag_values.traceback:
                 import traceback

@@ -1,4 +1,6 @@
-"""The command line's error type (no TensorFlow import)."""
+"""The command line's error type, and the messages of data errors TensorFlow raises (no TensorFlow import)."""
+
+from tpu_estimator.data_errors import data_error
 
 
 class CliError(Exception):
@@ -7,3 +9,6 @@ class CliError(Exception):
     The command line prints it as one line (`tpu-estimator SUBCOMMAND: error: MESSAGE`) and exits with status 2;
     the message names the flag, key path, file (and line) or directory and says what to do.
     """
+
+
+__all__ = ["CliError", "data_error"]

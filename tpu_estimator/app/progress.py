@@ -32,6 +32,8 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
       every_secs: print at most this often (seconds); None = only by steps.
       every_steps: print when this many steps passed since the last line; None = only by time.
       printer: where lines go (default: print to stdout, flushed).
+      phases: also print a line when the session is being created and when the first loop starts (the seconds
+        before the first progress line).
     """
 
     def __init__(
@@ -41,16 +43,20 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         every_secs: Optional[float] = 10.0,
         every_steps: Optional[int] = None,
         printer: Optional[Callable[[str], None]] = None,
+        phases: bool = True,
     ):
         self._batch_size = batch_size
         self._last_step = last_step
         self._every_secs = every_secs
         self._every_steps = every_steps
         self._printer = printer or (lambda line: print(line, file=sys.stdout, flush=True))
+        self._phases = phases
         self.points: List[Tuple[float, int]] = []  # (time, global step) after session creation and after each run
         self.last_loss: Optional[float] = None
 
     def begin(self):
+        if self._phases:
+            self._printer("creating the session (initializing variables and embedding tables) ...")
         self._global_step = tf.compat.v1.train.get_global_step()
         losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
         self._loss = losses[-1] if losses else None
@@ -59,6 +65,8 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         step = int(session.run(self._global_step))
         self.points = [(time.time(), step)]
         self._printed = self.points[0]
+        if self._phases:
+            self._printer(f"training from step {step}: the first loop includes the warm-up ...")
 
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs(self._loss) if self._loss is not None else None

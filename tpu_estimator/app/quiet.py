@@ -1,10 +1,14 @@
-"""Quiet TensorFlow for the command-line tools: no start-up noise, Python and C++ logs at warnings or above.
+"""Quiet TensorFlow for the command-line tools: no start-up noise, Python logs at warnings, C++ logs at errors.
 
 Importing TensorFlow prints ~10 lines from its C++ runtime (oneDNN notice, "Unable to register cuDNN factory",
 "Could not find cuda drivers", CPU instruction notice, TensorRT warning) that say nothing about the user's run.
-`import_tensorflow()` captures the process's stderr (file descriptor 2) while TensorFlow is imported and writes
-back every line except those, and sets `TF_CPP_MIN_LOG_LEVEL=1` (C++ warnings and errors only) unless the
-environment already sets it. With `verbose=True` nothing is filtered and the C++ INFO lines are kept.
+`import_tensorflow()` captures the process's stderr (file descriptor 2) while TensorFlow is imported and its GPU
+platform initialized (the "failed call to cuInit" line on machines without GPU drivers), writes back every line
+except those, and sets `TF_CPP_MIN_LOG_LEVEL=2` (C++ errors only) unless the environment already sets it. C++
+warnings are about TensorFlow's internals, not the user's run: the runtime logs "Local rendezvous is aborting with
+status: ..." for every error an input pipeline or infeed thread passes on (the error itself reaches the program), and
+when a session's close cancels a pending enqueue. With `verbose=True` nothing is filtered and the C++ INFO lines are
+kept.
 """
 
 import logging
@@ -44,7 +48,7 @@ def import_tensorflow(verbose: bool = False) -> ModuleType:
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
     if not verbose:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     else:
         import tensorflow as tf
 
@@ -55,6 +59,10 @@ def import_tensorflow(verbose: bool = False) -> ModuleType:
         os.dup2(captured.fileno(), 2)
         try:
             import tensorflow as tf
+
+            # The GPU platform's initialization logs "failed call to cuInit ... (303)" (an error-level line) on a
+            # machine without GPU drivers: do it now, while the start-up noise is filtered, not at the first session.
+            tf.config.list_physical_devices("GPU")
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)

@@ -14,8 +14,15 @@
 * TF1 `tensorflow.contrib.tpu`, `tensorflow.contrib.cluster_resolver` and `tensorflow.contrib.summary`, as
   importable modules (`from tensorflow.contrib import tpu`) and as `tf.contrib` on both `tensorflow` and
   `tensorflow.compat.v1`. Only these contrib modules exist; other `tf.contrib` names raise an AttributeError
-  that lists what is provided. Deep imports such as `tensorflow.contrib.tpu.python.tpu.tpu_estimator` are not
-  provided.
+  that lists what is provided. The TF 1.x module paths below them are provided too
+  (`from tensorflow.contrib.tpu.python.tpu import tpu_estimator, tpu_config, tpu_optimizer`, see `legacy_modules`).
+* With our Estimator core (TensorFlow 2.16+, or `TPU_ESTIMATOR_CORE=ours`): `tensorflow_estimator` (`import
+  tensorflow_estimator as tf_estimator`, `from tensorflow_estimator.python.estimator.tpu import tpu_estimator`, ...)
+  and `tensorflow.python.estimator.*` as modules of our classes. With upstream's core (TensorFlow 2.15) upstream's
+  modules stay, and the TPU names in them (`tensorflow_estimator.python.estimator.tpu.tpu_estimator.TPUEstimator`,
+  `...tpu_config.RunConfig`, `tensorflow_estimator.estimator.tpu.*`) become ours.
+* `estimator` and `contrib` also in the `compat` modules inside the API (`import tensorflow.compat.v1 as tf` then
+  `tf.compat.v1.estimator.tpu.TPUEstimator`).
 
 On TensorFlow 2.16+, which has no `tf.estimator`, `install()` adds one: `tf.estimator`, `tf.compat.v1.estimator` and
 `tf.compat.v2.estimator` (also importable as `tensorflow.estimator` etc.) hold the names of
@@ -50,7 +57,7 @@ _EXPORTS = {
     "TPUClusterResolver": "cluster_resolver",
 }
 # Submodules, also imported on first use as attributes (`tpu_estimator.compat.cluster_resolver`).
-_SUBMODULES = ("cluster_resolver", "launcher", "namespaces", "patching", "tpu_ops")
+_SUBMODULES = ("cluster_resolver", "launcher", "legacy_modules", "namespaces", "patching", "tpu_ops")
 
 __all__ = sorted(_EXPORTS)
 

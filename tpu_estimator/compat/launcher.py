@@ -14,7 +14,7 @@ runs on shards: GPUs when present, otherwise logical CPU devices.
 Launcher options (before the script):
   --num_shards=N   run on N shards; sets TPU_ESTIMATOR_NUM_SHARDS.
   --traceback      on a configuration error, print the full traceback too.
-  --verbose        keep TensorFlow's start-up and INFO logs (default: warnings and errors only).
+  --verbose        keep TensorFlow's start-up, INFO and C++ warning logs (default: Python warnings, C++ errors).
   -h, --help       this help.
 
 Before the program starts, one line (on stdout) says how many shards it runs on and that a TPU address given to the program
@@ -27,16 +27,21 @@ Environment:
   TPU_ESTIMATOR_TRACEBACK=1  same as --traceback.
   TPU_ESTIMATOR_TPU_ADDRESSES  `ignore` (set by the launcher when unset): a `TPUClusterResolver(tpu='grpc://...')`
                              runs in this process; `cluster`: the addresses are the cluster's workers.
-  TF_USE_LEGACY_KERAS        set to 1 by the launcher on TensorFlow 2.16+ when the tf-keras package is installed
-                             and the variable is unset, so `tf.keras` and `tf.compat.v1.layers` are Keras 2, as
-                             TPUEstimator programs expect. TensorFlow reads it when it is imported: if it was
-                             imported already (the `tpu-estimator-run` entry point imports it), the launcher
-                             restarts itself once with the variable set.
+  TF_USE_LEGACY_KERAS        set to 1 (by `import tpu_estimator`) on TensorFlow 2.16+ when the tf-keras package
+                             is installed and the variable is unset, so `tf.keras` and `tf.compat.v1.layers` are
+                             Keras 2, as TPUEstimator programs expect. TensorFlow reads it when `tf.keras` is
+                             first used: if that happened already, the launcher restarts itself once with the
+                             variable set.
 
 A `ValueError`/`TypeError`/`NotImplementedError` raised by tpu_estimator's own checks (for instance
 `num_cores_per_replica` model parallelism, which needs a TPU) is a configuration error: instead of a deep
 traceback, two lines: where the program called into us, then the error, which says what to change. The exit
-status is 1. Other errors propagate with their full traceback.
+status is 1. A failed check on the program's data inside TensorFlow (an embedding id out of range, a negative
+weight: `tf.debugging.Assert` of the embedding engine) is also two lines: what failed, then the error naming the
+feature, table, values and valid range. Other errors propagate with their full traceback.
+
+Each TPUEstimator the program builds with `use_tpu=True` prints one line (on stdout) saying how many shards and hosts
+it runs on and where the number comes from (`TPUConfig(num_shards=...)`, `--num_shards`, the GPU count).
 """
 
 import importlib.util
@@ -44,7 +49,9 @@ import os
 import runpy
 import sys
 import traceback
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
+
+from tpu_estimator import data_errors
 
 NUM_SHARDS_ENV = "TPU_ESTIMATOR_NUM_SHARDS"
 TRACEBACK_ENV = "TPU_ESTIMATOR_TRACEBACK"
@@ -170,6 +177,50 @@ def describe_run(
     return f"{_PROG}: running on {shards}{ignored}"
 
 
+_announced: set = set()
+_running = False  # True while the launcher runs a program in this process: TPUEstimators announce their shards.
+
+
+def shards_line(num_shards: int, source: str, num_hosts: int, devices: str) -> str:
+    """The line a TPUEstimator of the program prints under the launcher: its shards, hosts, devices, and why."""
+    hosts = "1 host" if num_hosts == 1 else f"{num_hosts} hosts"
+    return f"{_PROG}: TPUEstimator runs on {num_shards} shard{'s' if num_shards != 1 else ''} ({source}), {hosts}, {devices}"
+
+
+def announce_shards(config: Any) -> None:
+    """Prints (once per distinct line) how many shards and hosts a TPUEstimator built with `config` runs on.
+
+    Called by `TPUEstimator.__init__`; does nothing unless the launcher is running a program in this process.
+
+    Args:
+      config: the TPUEstimator's `tpu_estimator.RunConfig`.
+    """
+    if not _running:
+        return
+    from tpu_estimator import devices as devices_lib
+
+    num_shards = config.num_shards
+    configured = config.tpu_config.num_shards
+    if config.tpu_cluster is not None:
+        layout = config.shard_layout()
+        hosts = len({device.split("/device:")[0] for device in layout.devices}) or 1
+        line = shards_line(num_shards, "the cluster's devices", hosts, "on the cluster's workers")
+    else:
+        if os.environ.get(NUM_SHARDS_ENV):
+            source = f"--num_shards / {NUM_SHARDS_ENV}"
+        elif configured:
+            source = f"the program's TPUConfig(num_shards={configured})"
+        elif devices_lib.num_gpus():
+            source = "one per GPU; TPUConfig(num_shards=None)"
+        else:
+            source = "no GPU and TPUConfig(num_shards=None); --num_shards=N sets more"
+        where = devices_lib.shard_devices(num_shards)[0]
+        line = shards_line(num_shards, source, 1, "GPUs" if "GPU" in where else "logical CPU devices")
+    if line not in _announced:
+        _announced.add(line)
+        print(line, flush=True)
+
+
 def _run_program(options: dict, args: List[str]) -> None:
     from tpu_estimator.app import quiet
 
@@ -183,6 +234,15 @@ def _run_program(options: dict, args: List[str]) -> None:
     print(describe_run(options["num_shards"], devices.num_gpus(), program_args, on_cluster), flush=True)
 
     compat.install()
+    global _running
+    _running = True
+    try:
+        _run_main(options, args)
+    finally:
+        _running = False
+
+
+def _run_main(options: dict, args: List[str]) -> None:
     if options["module"]:
         sys.argv = [options["module"]] + args[:]
         sys.path[0:1] = [os.getcwd()]  # As `python -m`: the working directory first.
@@ -196,47 +256,23 @@ def _run_program(options: dict, args: List[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
-
-
-def _tensorflow_version() -> Optional[Tuple[int, int]]:
-    """(major, minor) of the installed TensorFlow, read without importing it when it is not imported yet."""
-    version = getattr(sys.modules.get("tensorflow"), "__version__", None)
-    if version is None:
-        from importlib import metadata
-
-        for distribution in ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos"):
-            try:
-                version = metadata.version(distribution)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    try:
-        major, minor = version.split(".")[:2]
-        return int(major), int(minor)
-    except (AttributeError, ValueError):
-        return None
-
-
 def _use_legacy_keras(restart: bool) -> None:
-    """Sets TF_USE_LEGACY_KERAS=1 on TensorFlow 2.16+ when tf-keras is installed and the variable is unset.
+    """Makes `tf.keras` Keras 2 for the program (`_keras2.select_keras2()`, which `import tpu_estimator` also did).
 
-    TensorFlow reads the variable when it is imported. If it is imported already, with `restart` (the command line
-    entry point) the process is replaced by `python -m tpu_estimator.compat.launcher <same arguments>` with the
-    variable set; otherwise (an in-process call) nothing changes.
+    If TensorFlow has already resolved `tf.keras` to Keras 3 in this process, with `restart` (the command line
+    entry point) the process is replaced by `python -m tpu_estimator.compat.launcher <same arguments>` with
+    `TF_USE_LEGACY_KERAS=1`; otherwise (an in-process call) nothing changes.
     """
-    if LEGACY_KERAS_ENV in os.environ or importlib.util.find_spec("tf_keras") is None:
+    from tpu_estimator import _keras2
+
+    if _keras2.select_keras2() or not restart or not _keras2.keras3_locked_in():
         return
-    version = _tensorflow_version()
-    if version is not None and version < (2, 16):  # tf.keras is Keras 2 there already.
+    if _keras2.LEGACY_KERAS_ENV in os.environ or importlib.util.find_spec("tf_keras") is None:
         return
-    if "tensorflow" not in sys.modules:
-        os.environ[LEGACY_KERAS_ENV] = "1"
-    elif restart:
-        os.environ[LEGACY_KERAS_ENV] = "1"
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execv(sys.executable, [sys.executable, "-m", "tpu_estimator.compat.launcher"] + sys.argv[1:])
+    os.environ[_keras2.LEGACY_KERAS_ENV] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "tpu_estimator.compat.launcher"] + sys.argv[1:])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -269,7 +305,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except _UsageError as e:
         sys.stderr.write("{}: error: {}\n".format(_PROG, e))
         return 2
-    except _CONFIG_ERRORS as e:
+    except Exception as e:  # noqa: BLE001 (data and configuration errors in two lines, others re-raised)
+        data_message = data_errors.data_error(e)
+        if data_message is not None:
+            if show_traceback:
+                traceback.print_exc()
+            sys.stderr.write(
+                "{}: the program's data failed a check{}:\n{}: {}\n".format(
+                    _PROG,
+                    "" if show_traceback else " (--traceback shows the full traceback)",
+                    type(e).__name__,
+                    data_message,
+                )
+            )
+            return 1
         origin = _config_error_origin(e)
         if origin is None:
             raise
@@ -286,4 +335,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Through the importable module, not `__main__`, so that TPUEstimators find the launcher (announce_shards).
+    from tpu_estimator.compat import launcher
+
+    sys.exit(launcher.main())

@@ -1,12 +1,14 @@
 """`install()` / `uninstall()`: the patching of TensorFlow's names (see `tpu_estimator.compat`)."""
 
+import importlib
 import sys
 import threading
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
-from tpu_estimator.compat import namespaces
+from tpu_estimator import _estimator_lib
+from tpu_estimator.compat import legacy_modules, namespaces
 from tpu_estimator.compat.tpu_ops import (
     batch_parallel,
     bfloat16_scope,
@@ -23,7 +25,12 @@ _added_modules: Dict[str, Any] = {}
 
 
 def _resolve(path: str) -> Any:
-    """The object at attribute `path` from the `tensorflow` module, loading lazily loaded modules."""
+    """The object at attribute `path` from the `tensorflow` module, loading lazily loaded modules.
+
+    A path starting with `module:` names a module to import instead (`module:tensorflow.python`).
+    """
+    if path.startswith("module:"):
+        return importlib.import_module(path[len("module:") :])
     obj = tf
     for part in path.split(".") if path else []:
         child = getattr(obj, part)
@@ -31,6 +38,30 @@ def _resolve(path: str) -> Any:
             child = child._load()
         obj = child
     return obj
+
+
+# `tf`, `tf.compat.v1`, ... and the `compat` modules inside them (`import tensorflow.compat.v1 as tf` then
+# `tf.compat.v1.estimator`): each is a module of its own.
+_API_ROOTS = (
+    "",
+    "compat.v1",
+    "compat.v2",
+    "compat.v1.compat.v1",
+    "compat.v1.compat.v2",
+    "compat.v2.compat.v1",
+    "compat.v2.compat.v2",
+)
+
+
+def _existing(paths) -> List[str]:
+    found = []
+    for path in paths:
+        try:
+            _resolve(path)
+        except (AttributeError, ImportError):
+            continue
+        found.append(path)
+    return found
 
 
 def _is_module_wrapper(obj: Any) -> bool:
@@ -80,44 +111,60 @@ class _Patch(object):
             all_names[:] = self.old_all
 
 
-def _has_estimator() -> bool:
-    """Whether this TensorFlow has its own `tf.estimator` (2.15 and older)."""
-    try:
-        _resolve("compat.v1.estimator")
-    except (AttributeError, ImportError):
-        return False
-    return True
+def _our_estimator_namespaces() -> bool:
+    """Whether `tf.estimator` and the Estimator module paths are to be ours: our Estimator core is active."""
+    return _estimator_lib.CORE == "ours"
 
 
 def _targets() -> tuple:
     """([(namespace path, {name: our object})], added modules by name) for every namespace we touch."""
-    modules = dict(namespaces.contrib_modules())
+    # On TensorFlow 2.16+ `import tensorflow.compat.v1` executes the API module again under that name and rebinds
+    # `tf.compat.v1` to it: import both first, so that the modules patched are the ones programs get.
+    for name in ("tensorflow.compat.v1", "tensorflow.compat.v2"):
+        importlib.import_module(name)
+    modules = legacy_modules.contrib_deep_modules(namespaces.contrib_modules())
     contrib = modules["tensorflow.contrib"]
     resolvers = namespaces.cluster_resolver_names()
-    if _has_estimator():
+    roots = _existing(_API_ROOTS)
+    if not _our_estimator_namespaces():
+        # Upstream's tf.estimator stays (it is the core our TPUEstimator builds on); its TPU names become ours, in
+        # TensorFlow's API modules and in tensorflow_estimator's own modules.
         estimator_targets = [
             ("compat.v1.estimator.tpu", namespaces.estimator_names()),
             ("compat.v1.estimator.tpu.experimental", namespaces.estimator_experimental_names()),
             ("estimator", {"tpu": namespaces.estimator_tpu_module()}),
         ]
+        for name, members in legacy_modules.upstream_tpu_module_names().items():
+            estimator_targets.append(("module:" + name, members))
     else:
+        # Our core: every spelling of tf.estimator, tensorflow_estimator and tensorflow.python.estimator is ours
+        # (TensorFlow 2.16+ has none of them; on 2.15 with TPU_ESTIMATOR_CORE=ours upstream's are hidden, so that
+        # one class answers each name).
         estimator_modules = namespaces.estimator_modules()
         estimator = estimator_modules["tensorflow.estimator"]
-        estimator_targets = [("", {"estimator": estimator})]
+        estimator_targets = [(root, {"estimator": estimator}) for root in roots]
         for version in ("v1", "v2"):
-            estimator_targets.append(("compat." + version, {"estimator": estimator}))
             for name, module in estimator_modules.items():
                 modules[name.replace("tensorflow.", "tensorflow.compat.{}.".format(version), 1)] = module
         modules.update(estimator_modules)
+        path_modules = legacy_modules.estimator_path_modules(estimator)
+        modules.update(path_modules)
+        estimator_targets.append(
+            ("module:tensorflow.python", {"estimator": path_modules["tensorflow.python.estimator"]})
+        )
+        tpu_modules = legacy_modules.tf_python_tpu_modules()
+        modules.update(tpu_modules)
+        estimator_targets.append(
+            ("module:tensorflow.python.tpu", {name.rpartition(".")[2]: m for name, m in tpu_modules.items()})
+        )
+    contrib_roots = [root for root in roots if root.endswith("v1") or root == ""]
     return estimator_targets + [
         ("compat.v1.tpu", namespaces.tpu_names()),
         ("compat.v1.tpu.experimental", namespaces.embedding_parameter_names()),
         ("distribute.cluster_resolver", resolvers),
         ("compat.v1.distribute.cluster_resolver", resolvers),
         ("compat.v2.distribute.cluster_resolver", resolvers),
-        ("", {"contrib": contrib}),
-        ("compat.v1", {"contrib": contrib}),
-    ], modules
+    ] + [(root, {"contrib": contrib}) for root in contrib_roots], modules
 
 
 def install() -> None:
