@@ -36,6 +36,9 @@ NOT_TENSORFLOW = {
     "tpu_estimator/tpu_config.py": {"_tpu_config", "_shard_layouts"},  # its own RunConfig's fields on a copy
     "tpu_estimator/app/data/criteo.py": {"_record"},  # the module's own malformed-row counter
     "embedding/config.py": {"_source_ref"},  # its own config classes' field
+    # Whether tf.compat.v1.layers already resolved to Keras 3, read off TensorFlow's module wrapper without importing
+    # TensorFlow (`_keras2` runs before it is imported, so it cannot go through `_tf_internal`).
+    "tpu_estimator/_keras2.py": {"_tfmw_wrapped_module"},
     # A SparseCore table's restore hands each of our trackables its values through the saveable protocol's method,
     # which our own trackables implement (`checkpointing.py`, this module).
     "embedding/sparsecore_checkpoint.py": {"_restore_from_tensors"},
