@@ -174,29 +174,9 @@ class EmbeddingBridge(object):
     # ---- host side: inputs -> activations -----------------------------------------------------------------
 
     def _check_inputs(self, features: Any) -> None:
-        if not isinstance(features, dict):
-            raise ValueError(
-                "With an embedding_config_spec, input_fn must return features as a dict; got {}.".format(type(features))
-            )
+        engine_inputs.check_embedding_features(self._resolved, features, "the features returned by input_fn")
         for feature in self._resolved.features:
-            if feature.column is not None:
-                missing = [
-                    k
-                    for k in _tf_internal.categorical_input_keys(feature.column.categorical_column)
-                    if k not in features
-                ]
-                if missing:
-                    raise ValueError(
-                        "Embedding feature {!r} (table {!r}) needs input features {} that input_fn did not "
-                        "return.".format(feature.key, feature.table_name, missing)
-                    )
-            elif feature.key not in features:
-                raise ValueError(
-                    "Embedding feature {!r} (table {!r}) is missing from the features returned by input_fn.".format(
-                        feature.key, feature.table_name
-                    )
-                )
-            elif feature.weight_key and feature.weight_key not in features:
+            if feature.column is None and feature.weight_key and feature.weight_key not in features:
                 raise ValueError(
                     "Weights {!r} of embedding feature {!r} are missing from the features returned by input_fn.".format(
                         feature.weight_key, feature.key

@@ -27,7 +27,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, sharded_step
+from tpu_estimator import _estimator_lib, _tf_internal, graph_walk, sharded_step
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.collectives import HostCollectives
@@ -291,18 +291,7 @@ def _check_metric_pairs(metrics) -> None:
 def _reads_any(tensor, sources) -> bool:
     """Whether `tensor` depends, through data or control inputs, on any tensor of `sources`."""
     targets = {t.op for t in sources}
-    seen = set()
-    pending = [tf.convert_to_tensor(tensor).op]
-    while pending:
-        op = pending.pop()
-        if op in targets:
-            return True
-        if op in seen:
-            continue
-        seen.add(op)
-        pending.extend(t.op for t in op.inputs)
-        pending.extend(op.control_inputs)
-    return False
+    return any(op in targets for op in graph_walk.ancestor_ops([tf.convert_to_tensor(tensor).op]))
 
 
 def _make_local_metric_variable(variable) -> None:

@@ -5,11 +5,8 @@ import tensorflow as tf
 
 if __name__ == "__main__":
     legacy_model.run(
-        dict(
-            TPUEstimator=tf.compat.v1.estimator.tpu.TPUEstimator,
-            TPUEstimatorSpec=tf.compat.v1.estimator.tpu.TPUEstimatorSpec,
-            RunConfig=tf.compat.v1.estimator.tpu.RunConfig,
-            TPUConfig=tf.compat.v1.estimator.tpu.TPUConfig,
+        legacy_model.api_of(
+            tf.compat.v1.estimator.tpu,
             CrossShardOptimizer=tf.compat.v1.tpu.CrossShardOptimizer,
             ModeKeys=tf.compat.v1.estimator.ModeKeys,
             TPUClusterResolver=tf.compat.v1.distribute.cluster_resolver.TPUClusterResolver,

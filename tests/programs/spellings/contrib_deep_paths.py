@@ -10,12 +10,9 @@ from tensorflow.python.estimator import model_fn as model_fn_lib
 
 if __name__ == "__main__":
     legacy_model.run(
-        dict(
-            TPUEstimator=tpu_estimator.TPUEstimator,
-            TPUEstimatorSpec=tpu_estimator.TPUEstimatorSpec,
-            RunConfig=tpu_config.RunConfig,
-            TPUConfig=tpu_config.TPUConfig,
-            PER_HOST_V2=tpu_config.InputPipelineConfig.PER_HOST_V2,
+        legacy_model.api_of(
+            tpu_estimator,
+            configs=tpu_config,
             CrossShardOptimizer=tpu_optimizer.CrossShardOptimizer,
             ModeKeys=model_fn_lib.ModeKeys,
             TPUClusterResolver=tpu_cluster_resolver.TPUClusterResolver,

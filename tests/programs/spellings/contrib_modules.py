@@ -8,11 +8,8 @@ from tensorflow.contrib import tpu as contrib_tpu
 
 if __name__ == "__main__":
     legacy_model.run(
-        dict(
-            TPUEstimator=contrib_tpu.TPUEstimator,
-            TPUEstimatorSpec=contrib_tpu.TPUEstimatorSpec,
-            RunConfig=contrib_tpu.RunConfig,
-            TPUConfig=contrib_tpu.TPUConfig,
+        legacy_model.api_of(
+            contrib_tpu,
             CrossShardOptimizer=contrib_tpu.CrossShardOptimizer,
             ModeKeys=tf.estimator.ModeKeys,
             TPUClusterResolver=contrib_cluster_resolver.TPUClusterResolver,

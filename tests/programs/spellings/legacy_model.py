@@ -35,6 +35,26 @@ def _name(cls):
     return "{}.{}".format(cls.__module__, cls.__qualname__)
 
 
+def api_of(estimators, configs=None, **others):
+    """The `api` dict of `run` from the namespaces a program imported, as it spells them.
+
+    Args:
+      estimators: where the program takes `TPUEstimator` and `TPUEstimatorSpec` from.
+      configs: where it takes `RunConfig`, `TPUConfig` and `InputPipelineConfig` from (default `estimators`).
+      **others: the other names (`CrossShardOptimizer`, `ModeKeys`, `TPUClusterResolver`, ...).
+    """
+    configs = configs or estimators
+    api = dict(
+        TPUEstimator=estimators.TPUEstimator,
+        TPUEstimatorSpec=estimators.TPUEstimatorSpec,
+        RunConfig=configs.RunConfig,
+        TPUConfig=configs.TPUConfig,
+        PER_HOST_V2=configs.InputPipelineConfig.PER_HOST_V2,
+    )
+    api.update(others)
+    return api
+
+
 def run(api, summary=None):
     """Trains, evaluates and predicts with the objects in `api`; writes the results.
 

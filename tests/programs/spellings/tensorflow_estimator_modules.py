@@ -10,12 +10,9 @@ from tensorflow_estimator.python.estimator.tpu import tpu_config, tpu_estimator
 
 if __name__ == "__main__":
     legacy_model.run(
-        dict(
-            TPUEstimator=tpu_estimator.TPUEstimator,
-            TPUEstimatorSpec=tpu_estimator.TPUEstimatorSpec,
-            RunConfig=tpu_config.RunConfig,
-            TPUConfig=tpu_config.TPUConfig,
-            PER_HOST_V2=tpu_config.InputPipelineConfig.PER_HOST_V2,
+        legacy_model.api_of(
+            tpu_estimator,
+            configs=tpu_config,
             CrossShardOptimizer=tf.tpu.CrossShardOptimizer,
             ModeKeys=mode_keys.ModeKeys,
             TPUClusterResolver=tf.distribute.cluster_resolver.TPUClusterResolver,

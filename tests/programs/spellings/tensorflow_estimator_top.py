@@ -6,11 +6,8 @@ import tensorflow_estimator as tf_estimator
 
 if __name__ == "__main__":
     legacy_model.run(
-        dict(
-            TPUEstimator=tf_estimator.estimator.tpu.TPUEstimator,
-            TPUEstimatorSpec=tf_estimator.estimator.tpu.TPUEstimatorSpec,
-            RunConfig=tf_estimator.estimator.tpu.RunConfig,
-            TPUConfig=tf_estimator.estimator.tpu.TPUConfig,
+        legacy_model.api_of(
+            tf_estimator.estimator.tpu,
             CrossShardOptimizer=tf.compat.v1.tpu.CrossShardOptimizer,
             ModeKeys=tf_estimator.estimator.ModeKeys,
             TPUClusterResolver=tf.distribute.cluster_resolver.TPUClusterResolver,

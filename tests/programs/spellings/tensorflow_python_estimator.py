@@ -9,11 +9,8 @@ from tensorflow.python.estimator import run_config as run_config_lib
 
 if __name__ == "__main__":
     legacy_model.run(
-        dict(
-            TPUEstimator=tf.compat.v1.estimator.tpu.TPUEstimator,
-            TPUEstimatorSpec=tf.compat.v1.estimator.tpu.TPUEstimatorSpec,
-            RunConfig=tf.compat.v1.estimator.tpu.RunConfig,
-            TPUConfig=tf.compat.v1.estimator.tpu.TPUConfig,
+        legacy_model.api_of(
+            tf.compat.v1.estimator.tpu,
             CrossShardOptimizer=tf.compat.v1.tpu.CrossShardOptimizer,
             ModeKeys=model_fn_lib.ModeKeys,
             TPUClusterResolver=tf.distribute.cluster_resolver.TPUClusterResolver,

@@ -7,12 +7,9 @@ from tensorflow.python.tpu import tpu_config, tpu_estimator, tpu_optimizer
 
 if __name__ == "__main__":
     legacy_model.run(
-        dict(
-            TPUEstimator=tpu_estimator.TPUEstimator,
-            TPUEstimatorSpec=tpu_estimator.TPUEstimatorSpec,
-            RunConfig=tpu_config.RunConfig,
-            TPUConfig=tpu_config.TPUConfig,
-            PER_HOST_V2=tpu_config.InputPipelineConfig.PER_HOST_V2,
+        legacy_model.api_of(
+            tpu_estimator,
+            configs=tpu_config,
             CrossShardOptimizer=tpu_optimizer.CrossShardOptimizer,
             ModeKeys=tf.estimator.ModeKeys,
             TPUClusterResolver=tf.distribute.cluster_resolver.TPUClusterResolver,

@@ -9,12 +9,8 @@ import tensorflow as tf
 
 if __name__ == "__main__":
     legacy_model.run(
-        dict(
-            TPUEstimator=tf.estimator.tpu.TPUEstimator,
-            TPUEstimatorSpec=tf.estimator.tpu.TPUEstimatorSpec,
-            RunConfig=tf.estimator.tpu.RunConfig,
-            TPUConfig=tf.estimator.tpu.TPUConfig,
-            PER_HOST_V2=tf.estimator.tpu.InputPipelineConfig.PER_HOST_V2,
+        legacy_model.api_of(
+            tf.estimator.tpu,
             CrossShardOptimizer=tf.compat.v1.tpu.CrossShardOptimizer,
             ModeKeys=tf.estimator.ModeKeys,
             TPUClusterResolver=tf.distribute.cluster_resolver.TPUClusterResolver,
