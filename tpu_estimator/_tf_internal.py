@@ -419,3 +419,18 @@ def update_input(op: tf.Operation, index: int, tensor: tf.Tensor) -> None:
 
 def add_control_inputs(op: tf.Operation, control_inputs: Sequence[tf.Operation]) -> None:
     op._add_control_inputs(list(control_inputs))
+
+
+def parse_checkpoint_state(text: str):
+    """The `CheckpointState` proto of the text of a `checkpoint` state file (TensorFlow's public API reads it only
+    through `tf.train.get_checkpoint_state`, which logs and returns None when it does not parse).
+
+    Raises:
+      google.protobuf.text_format.ParseError: the text does not parse.
+    """
+    from google.protobuf import text_format
+    from tensorflow.python.training import checkpoint_state_pb2
+
+    state = checkpoint_state_pb2.CheckpointState()
+    text_format.Merge(text, state)
+    return state

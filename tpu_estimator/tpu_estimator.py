@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, cpu_path, predict_step, sharded_step, train_guard
+from tpu_estimator import _estimator_lib, checkpoint_state, cpu_path, predict_step, sharded_step, train_guard
 from tpu_estimator import cluster as cluster_lib
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator.context import ShardingContext
@@ -176,6 +176,8 @@ class TPUEstimator(_estimator_lib.Estimator):
         Raises:
           tpu_estimator.model_dir_lock.ModelDirLockedError: another process trains into `model_dir`.
           tpu_estimator.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
+          tpu_estimator.checkpoint_state.DamagedCheckpointStateError: the `checkpoint` state file of `model_dir` is
+            damaged, missing beside checkpoints, or older than an intact checkpoint (nothing is written).
           ValueError: `per_host_input_for_training` is SLICED (an evaluation/prediction configuration).
           tpu_estimator.cluster.ClusterError: on a cluster, a host is lost or cannot write `model_dir`.
         """
@@ -194,12 +196,25 @@ class TPUEstimator(_estimator_lib.Estimator):
             return super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
 
     def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
-        """The Estimator's `evaluate`; on a cluster a lost host raises `cluster.ClusterError` naming it."""
+        """The Estimator's `evaluate`; on a cluster a lost host raises `cluster.ClusterError` naming it.
+
+        Raises:
+          tpu_estimator.checkpoint_state.DamagedCheckpointStateError: without `checkpoint_path`, the `checkpoint`
+            state file of `model_dir` is damaged (upstream would evaluate freshly initialised weights).
+        """
+        if checkpoint_path is None:
+            checkpoint_state.verify_checkpoint_state(self._model_dir, for_training=False)
         with cluster_lib.reporting_faults(self._config.tpu_cluster, "evaluate()"):
             return super(TPUEstimator, self).evaluate(input_fn, steps, hooks, checkpoint_path, name)
 
     def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None, yield_single_examples=True):
-        """The Estimator's `predict`; on a cluster a lost host raises `cluster.ClusterError` naming it."""
+        """The Estimator's `predict`; on a cluster a lost host raises `cluster.ClusterError` naming it.
+
+        Raises:
+          tpu_estimator.checkpoint_state.DamagedCheckpointStateError: as `evaluate`.
+        """
+        if checkpoint_path is None:
+            checkpoint_state.verify_checkpoint_state(self._model_dir, for_training=False)
         with cluster_lib.reporting_faults(self._config.tpu_cluster, "predict()"):
             yield from super(TPUEstimator, self).predict(
                 input_fn, predict_keys, hooks, checkpoint_path, yield_single_examples

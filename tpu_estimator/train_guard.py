@@ -2,6 +2,9 @@
 
 - The process is the only writer of `model_dir` for the whole run (`model_dir_lock.ModelDirLock`, chief only:
   other workers of a multi-worker job write no checkpoints).
+- The `checkpoint` state file is checked before it is trusted (`checkpoint_state.verify_checkpoint_state`: a
+  damaged one, or one older than an intact checkpoint, is an error naming it, raised before anything is written),
+  and what interrupted saves left behind is removed (chief only, under the lock).
 - With `max_steps` already reached by the latest checkpoint in `model_dir` (whoever wrote it), no step runs and
   a warning names the step found.
 - No checkpoint holds NaN or Inf (`finite_checkpoints.FiniteCheckpointListener` joins the saving listeners
@@ -13,6 +16,7 @@ from typing import Any, Iterator, List, Optional
 
 import tensorflow as tf
 
+from tpu_estimator import checkpoint_state
 from tpu_estimator.finite_checkpoints import FiniteCheckpointListener
 from tpu_estimator.model_dir_lock import ModelDirLock
 
@@ -60,12 +64,16 @@ def guard_training(
 
     Raises:
       model_dir_lock.ModelDirLockedError: another live process trains into `model_dir`.
+      checkpoint_state.DamagedCheckpointStateError: the `checkpoint` state file of `model_dir` cannot be trusted.
     """
     config = estimator.config
     lock = ModelDirLock(estimator.model_dir) if config.is_chief else None
     if lock is not None:
         lock.acquire()
     try:
+        if lock is not None:
+            checkpoint_state.verify_checkpoint_state(estimator.model_dir, for_training=True)
+            checkpoint_state.remove_interrupted_saves(estimator.model_dir)
         found = checkpoint_global_step(estimator.model_dir)
         # Invalid step arguments are left to the Estimator's own checks.
         if steps is None and isinstance(max_steps, int) and max_steps > 0 and found is not None and found >= max_steps:
