@@ -178,6 +178,8 @@ class TPUEstimator(_estimator_lib.Estimator):
           tpu_estimator.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
           tpu_estimator.checkpoint_state.DamagedCheckpointStateError: the `checkpoint` state file of `model_dir` is
             damaged, missing beside checkpoints, or older than an intact checkpoint (nothing is written).
+          tpu_estimator.train_guard.EmptyTrainingInputError: `input_fn`'s input ended before the first step (upstream
+            returns having trained nothing).
           ValueError: `per_host_input_for_training` is SLICED (an evaluation/prediction configuration).
           tpu_estimator.cluster.ClusterError: on a cluster, a host is lost or cannot write `model_dir`.
         """
@@ -193,7 +195,10 @@ class TPUEstimator(_estimator_lib.Estimator):
             self._train_hooks_save_checkpoints = any(
                 isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks or ()
             )
-            return super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
+            hooks = list(hooks or []) + guarded.hooks
+            super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
+            guarded.check_trained(steps, max_steps)
+            return self
 
     def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
         """The Estimator's `evaluate`; on a cluster a lost host raises `cluster.ClusterError` naming it.
