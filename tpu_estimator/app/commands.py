@@ -175,9 +175,8 @@ def train(config: config_file.Config, flag_values: flags.FlagValues, last_step: 
     """Trains up to global step `last_step` (default `train.steps`), resuming from the model directory.
 
     `config.yaml` is written to the model directory at the first checkpoint this run saves with a step it trained,
-    so only while the run holds the model_dir lock: a trainer
-    refused by the lock, or a run that fails before it trained a step (bad data, a checkpoint of another model),
-    leaves the directory's description as it found it.
+    so only while the run holds the model_dir lock: a trainer refused by the lock, or a run that fails before it
+    trained a step (bad data, a checkpoint of another model), leaves the directory's description as it found it.
 
     Raises:
       TargetReached: the latest checkpoint is at `last_step` or beyond.
