@@ -435,3 +435,66 @@ def update_input(op: tf.Operation, index: int, tensor: tf.Tensor) -> None:
 
 def add_control_inputs(op: tf.Operation, control_inputs: Sequence[tf.Operation]) -> None:
     op._add_control_inputs(list(control_inputs))
+
+
+def parse_checkpoint_state(text: str):
+    """The `CheckpointState` proto of the text of a `checkpoint` state file (TensorFlow's public API reads it only
+    through `tf.train.get_checkpoint_state`, which logs and returns None when it does not parse).
+
+    Raises:
+      google.protobuf.text_format.ParseError: the text does not parse.
+    """
+    from google.protobuf import text_format
+    from tensorflow.python.training import checkpoint_state_pb2
+
+    state = checkpoint_state_pb2.CheckpointState()
+    text_format.Merge(text, state)
+    return state
+
+
+_close_lock = threading.Lock()
+_close_depth = 0
+_original_close = None
+
+
+@contextlib.contextmanager
+def bounded_remote_session_close(timeout_secs: float) -> Iterator[None]:
+    """`Session.close()` of a remote (`grpc://`) session returns after at most `timeout_secs`.
+
+    Closing sends `CloseSession` to the session's master and waits for the master to be reachable again (gRPC
+    wait-for-ready) up to the session's operation timeout, and on a lost master (task 0) the close of a
+    `MonitoredSession` then blocks the error that names the lost host. The close runs in a daemon thread, which
+    ends when the master answers or its deadline passes. Local sessions close as before. Process-wide while any
+    caller is inside (nesting and threads counted).
+    """
+    global _close_depth, _original_close
+    from tensorflow.python.client import session as session_lib
+
+    with _close_lock:
+        if _close_depth == 0:
+            _original_close = original = session_lib.BaseSession.close
+
+            def close(self):
+                target = self.sess_str.decode() if isinstance(self.sess_str, bytes) else str(self.sess_str)
+                if not target.startswith("grpc://"):
+                    return original(self)
+                thread = threading.Thread(target=original, args=(self,), name="remote_session_close", daemon=True)
+                thread.start()
+                thread.join(timeout_secs)
+                if thread.is_alive():
+                    tf.get_logger().warning(
+                        "Closing the session on %s did not end within %.0f s (its master is unreachable); left to "
+                        "end in the background.",
+                        target,
+                        timeout_secs,
+                    )
+
+            session_lib.BaseSession.close = close
+        _close_depth += 1
+    try:
+        yield
+    finally:
+        with _close_lock:
+            _close_depth -= 1
+            if _close_depth == 0:
+                session_lib.BaseSession.close = _original_close

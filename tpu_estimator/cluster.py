@@ -32,6 +32,9 @@ from tpu_estimator import _tf_internal
 # Deadline of session creation and of every Session.run on a cluster, unless the session config sets one: a dead
 # or unreachable worker surfaces as an error within a minute instead of a hang.
 DEFAULT_OPERATION_TIMEOUT_MS = 40_000
+# How long closing a session on the cluster may take before it is left to end in the background (a healthy close
+# takes milliseconds; on a lost task 0 it would wait for that task up to the session's deadline).
+SESSION_CLOSE_TIMEOUT_SECS = 5.0
 DEFAULT_JOB = "worker"
 _GRPC = "grpc://"
 
@@ -432,13 +435,18 @@ FAULT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.
 def reporting_faults(cluster: Optional[Cluster], what: str) -> Iterator[None]:
     """Turns the runtime's errors of a lost task into a `ClusterError` naming it (nothing off a cluster).
 
-    `MonitoredSession`'s own recovery is off meanwhile: it would retry session creation while a worker is down.
+    `MonitoredSession`'s own recovery is off meanwhile: it would retry session creation while a worker is down. And
+    closing a session waits at most `SESSION_CLOSE_TIMEOUT_SECS`: on a lost task 0 (the sessions' master) the close
+    would otherwise wait for it to come back, up to the session's deadline, before the error could name it.
     """
     if cluster is None:
         yield
         return
     try:
-        with _tf_internal.without_session_recovery():
+        with (
+            _tf_internal.without_session_recovery(),
+            _tf_internal.bounded_remote_session_close(SESSION_CLOSE_TIMEOUT_SECS),
+        ):
             yield
     except FAULT_ERRORS as error:
         raise fault_error(cluster, what, error) from error

@@ -6,6 +6,12 @@
 
 It starts the server, logs the devices it offers (GPUs, else `--cpu_shards` logical CPUs), and serves until SIGTERM
 or SIGINT, then exits with status 0.
+
+TensorFlow's gRPC server listens on every interface of the host (`0.0.0.0`/`[::]`) at the port of its cluster
+address, whatever host the address names (`GrpcServer::Init` has no option for one address), and runs any graph a
+client sends it, without authentication. The ready line says so; docs/DISTRIBUTED.md says how to keep a worker
+private. Ports outside 1..65535 are refused before the server starts (TensorFlow would take the port modulo 65536,
+or any free port for 0), and the ready line is printed only once the server reports the port its address names.
 """
 
 import json
@@ -83,14 +89,53 @@ def resolve_task(
     return cluster, job, int(task)
 
 
+def check_addresses(cluster: Dict[str, List[str]]) -> None:
+    """Every address of `cluster` is `host:port` with a port in 1..65535.
+
+    Raises:
+      ValueError: naming the job, task and address.
+    """
+    for job, addresses in cluster.items():
+        for task, address in enumerate(addresses):
+            host, sep, port = str(address).rpartition(":")
+            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError(
+                    "--cluster: /job:{}/task:{} has address {!r}: give host:port with a port in 1..65535.".format(
+                        job, task, address
+                    )
+                )
+
+
+def ready_line(job: str, task: int, address: str) -> str:
+    """The line printed once the server listens (its first on stdout): where it is, and that it is open."""
+    port = address.rpartition(":")[2]
+    return (
+        "{}: /job:{}/task:{} at {}; TensorFlow's gRPC server listens on every interface of this host at port {} "
+        "(it cannot bind one address) and runs any graph sent to it: keep the port private (a private network or "
+        "a firewall rule, docs/DISTRIBUTED.md)".format(READY_MESSAGE, job, task, address, port)
+    )
+
+
 def serve(cluster: Dict[str, List[str]], job: str, task: int, cpu_shards: int, stop: threading.Event) -> None:
-    """Starts the server, logs its devices, and returns once `stop` is set."""
+    """Starts the server, logs its devices, and returns once `stop` is set.
+
+    Raises:
+      RuntimeError: the server reports another port than its address names.
+    """
     import tensorflow as tf
 
     config = tf.compat.v1.ConfigProto(device_count={"CPU": cpu_shards})
     server = tf.distribute.Server(
         tf.train.ClusterSpec(cluster), job_name=job, task_index=task, config=config, start=True
     )
+    requested = cluster[job][task].rpartition(":")[2]
+    bound = server.target.rpartition(":")[2]
+    if bound != requested:
+        raise RuntimeError(
+            "/job:{}/task:{}: the server bound port {}, not the port of its address {}.".format(
+                job, task, bound, cluster[job][task]
+            )
+        )
     devices = [d.name for d in tf.config.list_logical_devices()]
     gpus = [d for d in devices if "GPU" in d]
     logging.info(
@@ -101,7 +146,7 @@ def serve(cluster: Dict[str, List[str]], job: str, task: int, cpu_shards: int, s
         cluster[job][task],
         ", ".join(gpus) if gpus else "%d logical CPU(s)" % cpu_shards,
     )
-    print("{}: /job:{}/task:{} at {}".format(READY_MESSAGE, job, task, cluster[job][task]), flush=True)
+    print(ready_line(job, task, cluster[job][task]), flush=True)
     while not stop.wait(0.5):
         pass
     logging.info("/job:%s/task:%d stopping", job, task)
@@ -113,12 +158,17 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError("--cpu_shards must be >= 1, got {}".format(FLAGS.cpu_shards))
     try:
         cluster, job, task = resolve_task(FLAGS.cluster, FLAGS.job, FLAGS.task, os.environ.get("TF_CONFIG", ""))
+        check_addresses(cluster)
     except ValueError as error:
         raise app.UsageError(str(error))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    serve(cluster, job, task, FLAGS.cpu_shards, stop)
+    try:
+        serve(cluster, job, task, FLAGS.cpu_shards, stop)
+    except RuntimeError as error:
+        print("tpu-estimator-server: error: {}".format(error), file=sys.stderr, flush=True)
+        os._exit(1)  # The started server cannot be stopped in-process (below).
     # A tf.distribute.Server cannot be stopped in-process (its Stop is unimplemented): exit without joining it.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -8,7 +8,15 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, cpu_path, data_errors, predict_step, sharded_step, train_guard
+from tpu_estimator import (
+    _estimator_lib,
+    checkpoint_state,
+    cpu_path,
+    data_errors,
+    predict_step,
+    sharded_step,
+    train_guard,
+)
 from tpu_estimator import cluster as cluster_lib
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator.context import ShardingContext
@@ -186,6 +194,10 @@ class TPUEstimator(_estimator_lib.Estimator):
         Raises:
           tpu_estimator.model_dir_lock.ModelDirLockedError: another process trains into `model_dir`.
           tpu_estimator.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
+          tpu_estimator.checkpoint_state.DamagedCheckpointStateError: the `checkpoint` state file of `model_dir` is
+            damaged, missing beside checkpoints, or older than an intact checkpoint (nothing is written).
+          tpu_estimator.train_guard.EmptyTrainingInputError: `input_fn`'s input ended before the first step (upstream
+            returns having trained nothing).
           ValueError: `per_host_input_for_training` is SLICED (an evaluation/prediction configuration).
           tpu_estimator.cluster.ClusterError: on a cluster, a host is lost or cannot write `model_dir`.
           tf.errors.InvalidArgumentError: a check on the data failed (an embedding id out of range, a negative
@@ -205,18 +217,34 @@ class TPUEstimator(_estimator_lib.Estimator):
             self._train_hooks_save_checkpoints = any(
                 isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks or ()
             )
+            hooks = list(hooks or []) + guarded.hooks
             with data_errors.named_in_first_line():
-                return super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
+                super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
+            guarded.check_trained(steps, max_steps)
+            return self
 
     def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
         """The Estimator's `evaluate`; on a cluster a lost host raises `cluster.ClusterError` naming it; a failed check
-        on the data raises TensorFlow's error with what failed as its first line (`data_errors`)."""
+        on the data raises TensorFlow's error with what failed as its first line (`data_errors`).
+
+        Raises:
+          tpu_estimator.checkpoint_state.DamagedCheckpointStateError: without `checkpoint_path`, the `checkpoint`
+            state file of `model_dir` is damaged (upstream would evaluate freshly initialised weights).
+        """
+        if checkpoint_path is None:
+            checkpoint_state.verify_checkpoint_state(self._model_dir, for_training=False)
         with cluster_lib.reporting_faults(self._config.tpu_cluster, "evaluate()"), data_errors.named_in_first_line():
             return super(TPUEstimator, self).evaluate(input_fn, steps, hooks, checkpoint_path, name)
 
     def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None, yield_single_examples=True):
         """The Estimator's `predict`; on a cluster a lost host raises `cluster.ClusterError` naming it; a failed check
-        on the data raises TensorFlow's error with what failed as its first line (`data_errors`)."""
+        on the data raises TensorFlow's error with what failed as its first line (`data_errors`).
+
+        Raises:
+          tpu_estimator.checkpoint_state.DamagedCheckpointStateError: as `evaluate`.
+        """
+        if checkpoint_path is None:
+            checkpoint_state.verify_checkpoint_state(self._model_dir, for_training=False)
         with cluster_lib.reporting_faults(self._config.tpu_cluster, "predict()"), data_errors.named_in_first_line():
             yield from super(TPUEstimator, self).predict(
                 input_fn, predict_keys, hooks, checkpoint_path, yield_single_examples

@@ -1,6 +1,9 @@
-"""`tpu-estimator-server`: flags and TF_CONFIG, serving a client run, stopping on SIGTERM."""
+"""`tpu-estimator-server`: flags and TF_CONFIG, serving a client run, stopping on SIGTERM; impossible ports are
+refused, and the ready line says that TensorFlow's server listens on every interface (issue 36 item 5)."""
 
 import json
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -9,7 +12,7 @@ import tensorflow as tf
 
 import tpu_estimator as te
 from tests.cluster import model
-from tests.cluster.local_cluster import LocalCluster, terminate
+from tests.cluster.local_cluster import LocalCluster, terminate, worker_env
 from tests.estimator import models
 from tpu_estimator import cluster_server
 
@@ -26,6 +29,50 @@ def test_cluster_flag_forms_and_tf_config():
         cluster_server.resolve_task("worker=h:1,h:2", None, 2, "")
     with pytest.raises(ValueError, match="No cluster: pass --cluster"):
         cluster_server.resolve_task(None, None, 0, "")
+
+
+def test_impossible_ports_are_refused_naming_the_address():
+    cluster_server.check_addresses({"worker": ["h:1", "h:65535"], "ps": ["10.0.0.1:2222"]})
+    for address in ("127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1", "127.0.0.1:http", ":2222", "h:-1"):
+        with pytest.raises(ValueError) as error:
+            cluster_server.check_addresses({"worker": ["h:1", address]})
+        assert str(error.value) == (
+            f"--cluster: /job:worker/task:1 has address {address!r}: give host:port with a port in 1..65535."
+        )
+
+
+def test_the_server_refuses_port_99999_instead_of_claiming_it():
+    """TensorFlow alone listens on port 99999 % 65536 (or any free port for 0) and reports that one."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tpu_estimator.cluster_server", "--cluster=worker=127.0.0.1:99999", "--task=0"],
+        capture_output=True, text=True, env=worker_env(), timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert cluster_server.READY_MESSAGE not in proc.stdout + proc.stderr
+    assert "--cluster: /job:worker/task:0 has address '127.0.0.1:99999': give host:port with a port in 1..65535." in (
+        proc.stderr
+    )
+
+
+def _listening_addresses(pid):
+    """The local `(address hex, port)` of the TCP sockets process `pid` listens on (Linux /proc)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.read().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    address, port = fields[1].split(":")
+                    found.append((address, int(port, 16)))
+    return found
 
 
 def _host_input_fn(params):
@@ -64,6 +111,11 @@ def test_servers_serve_a_client_run_and_stop_on_sigterm(tmp_path):
         got, expected = models.variables_of(est), models.variables_of(local)
         for name in expected:
             np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+        # What the ready line says: the port of the address, on every interface (all-zero local address).
+        for process, address in zip(cluster.processes, cluster.addresses):
+            port = int(address.rpartition(":")[2])
+            listening = _listening_addresses(process.pid)
+            assert listening and all(p == port and set(a) == {"0"} for a, p in listening), listening
         codes = [terminate(process) for process in cluster.processes]
         assert codes == [0, 0]
         for task, path in enumerate(cluster.log_paths):
@@ -71,5 +123,11 @@ def test_servers_serve_a_client_run_and_stop_on_sigterm(tmp_path):
                 text = log.read()
             assert "/job:worker/task:%d serves" % task in text and "2 logical CPU(s)" in text, text
             assert "/job:worker/task:%d stopping" % task in text, text
+            assert cluster_server.ready_line("worker", task, cluster.addresses[task]) + "\n" in text, text
+            assert (
+                "listens on every interface of this host at port {} (it cannot bind one address) and runs any "
+                "graph sent to it: keep the port private".format(cluster.addresses[task].rpartition(":")[2])
+                in text
+            )
     finally:
         cluster.stop()

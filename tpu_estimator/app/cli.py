@@ -32,6 +32,7 @@ Flags (all: --helpfull):
                        rows without a label (39 fields, Criteo's test.txt) are accepted; data: TSV files to convert
   --output=FILE        predict: .csv or .jsonl;  --max_rows=N, --print_rows=N;  data: .tsv or .tfrecord
   --rows=N, --held_out_rows=M, --seed=S   data: synthetic rows (held-out rows go to OUTPUT_STEM.held_out.EXT)
+  --overwrite          data: replace existing output files (written whole, then renamed over them)
   --benchmark_steps=N  benchmark: steps to train
   --progress_secs=S, --progress_steps=N   how often progress lines are printed
   --verbose            TensorFlow's INFO logs too;  --traceback  the full traceback of an error
@@ -142,6 +143,12 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "skip_malformed", False, "data: skip (and count) malformed TSV lines when converting.", flag_values=flag_values
     )
     flags.DEFINE_bool(
+        "overwrite",
+        False,
+        "data: replace an existing --output (and held-out file); it is replaced only once the new one is complete.",
+        flag_values=flag_values,
+    )
+    flags.DEFINE_bool(
         "verbose",
         False,
         "Show TensorFlow's INFO and C++ warning logs (default: Python warnings, C++ errors).",
@@ -170,6 +177,7 @@ OUR_FLAGS = (
     "seed",
     "max_vocab",
     "skip_malformed",
+    "overwrite",
     "verbose",
     "traceback",
     "version",

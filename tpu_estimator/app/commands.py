@@ -20,11 +20,14 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
+from tpu_estimator import checkpoint_state
 from tpu_estimator.app import config_file, models, run_config_file
 from tpu_estimator.app import predict as cli_predict
 from tpu_estimator.app import progress as cli_progress
 from tpu_estimator.app.errors import CliError
 from tpu_estimator.eval_loop import EvaluationInputEndedError
+from tpu_estimator.model_dir_lock import ModelDirLockedError
+from tpu_estimator.train_guard import EmptyTrainingInputError
 
 PROG = "tpu-estimator"
 
@@ -98,11 +101,38 @@ def save_config(config: config_file.Config, model_dir: str) -> str:
     return path
 
 
-def global_step_of(model_dir: str) -> Optional[int]:
+def latest_checkpoint(model_dir: str, for_training: bool = False) -> Optional[str]:
+    """The checkpoint `model_dir`'s state file names (None without one), after checking that file.
+
+    Raises:
+      checkpoint_state.DamagedCheckpointStateError: the state file cannot be trusted (see `verify_checkpoint_state`).
+    """
+    return checkpoint_state.verify_checkpoint_state(model_dir, for_training=for_training)
+
+
+def global_step_of(model_dir: str, for_training: bool = False) -> Optional[int]:
     """The global step of the latest checkpoint in `model_dir` (None without one)."""
-    if not tf.train.latest_checkpoint(model_dir):
+    path = latest_checkpoint(model_dir, for_training)
+    if not path:
         return None
-    return int(tf.train.load_variable(model_dir, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+    return int(tf.train.load_variable(path, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+
+
+class _ConfigWriter(tf.compat.v1.train.CheckpointSaverListener):
+    """Writes `config.yaml` at the first checkpoint that holds a step of this run: while `train()` holds the
+    model_dir lock, and never for a run that fails before it trained a step (the checkpoint saved when the session
+    starts holds the step it started from)."""
+
+    def __init__(self, config: config_file.Config, start_step: Optional[int]):
+        self._config = config
+        self._start_step = start_step or 0
+        self.written = False
+
+    def after_save(self, session, global_step_value):
+        del session
+        if not self.written and global_step_value > self._start_step:
+            save_config(self._config, self._config.model_dir)
+            self.written = True
 
 
 class _RunCounter(tf.compat.v1.train.SessionRunHook):
@@ -125,7 +155,8 @@ def _data_description(config: config_file.Config, training: bool) -> str:
         return f"{key} ({count}) is less than one batch ({batch_key} {batch})"
     key = "data.train_paths" if training or not data.eval_paths else "data.eval_paths"
     paths = data.train_paths if key == "data.train_paths" else data.eval_paths
-    return f"{key} ({', '.join(paths)}) holds less than one batch ({batch_key} {batch})"
+    lines = " of well-formed lines (data.skip_malformed=true skipped the others)" if data.skip_malformed else ""
+    return f"{key} ({', '.join(paths)}) holds less than one batch{lines} ({batch_key} {batch})"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -143,32 +174,34 @@ class TargetReached(NothingToDo):
 def train(config: config_file.Config, flag_values: flags.FlagValues, last_step: Optional[int] = None) -> Dict[str, Any]:
     """Trains up to global step `last_step` (default `train.steps`), resuming from the model directory.
 
-    `config.yaml` is written to the model directory before training when the directory has no checkpoint or its
-    `config.yaml` describes the same model (the command line checked that), otherwise after training succeeded
-    (so a checkpoint of another model, which fails to restore, leaves the directory's description alone).
+    `config.yaml` is written to the model directory at the first checkpoint this run saves with a step it trained,
+    so only while the run holds the model_dir lock: a trainer refused by the lock, or a run that fails before it
+    trained a step (bad data, a checkpoint of another model), leaves the directory's description as it found it.
 
     Raises:
       TargetReached: the latest checkpoint is at `last_step` or beyond.
       CliError: the training data gave no batch.
+      checkpoint_state.DamagedCheckpointStateError: the model directory's `checkpoint` file cannot be trusted.
     """
     model_dir = config.model_dir
     last_step = last_step or config.train.steps
-    start_step = global_step_of(model_dir)
+    start_step = global_step_of(model_dir, for_training=True)
     if start_step is not None and start_step >= last_step:
         raise TargetReached(
             f"the model in {model_dir} is at global step {start_step}, already at the target step {last_step}: "
             "nothing to train (give a larger --set=train.steps=N to train further)"
         )
-    described = os.path.isfile(os.path.join(model_dir, "config.yaml"))
-    if start_step is None or described:
-        save_config(config, model_dir)
     estimator = models.make_estimator(config)
     hook = progress_hook(config, last_step, flag_values)
+    describe = _ConfigWriter(config, start_step)
     start = time.time()
-    estimator.train(models.make_input_fn(config, "train"), max_steps=last_step, hooks=[hook])
+    try:
+        estimator.train(
+            models.make_input_fn(config, "train"), max_steps=last_step, hooks=[hook], saving_listeners=[describe]
+        )
+    except EmptyTrainingInputError:
+        raise CliError(f"no training examples: {_data_description(config, training=True)}") from None
     elapsed = time.time() - start
-    if start_step is not None and not described:
-        save_config(config, model_dir)
     global_step = int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP))
     if hook.steps_run == 0 and global_step < last_step:
         raise CliError(f"no training examples: {_data_description(config, training=True)}")
@@ -189,7 +222,7 @@ def evaluate(config: config_file.Config, flag_values: flags.FlagValues) -> Dict[
     """
     del flag_values
     model_dir = config.model_dir
-    if not tf.train.latest_checkpoint(model_dir):
+    if not latest_checkpoint(model_dir):
         raise CliError(f"evaluate: no checkpoint in {model_dir} (train first)")
     estimator = models.make_estimator(config)
     try:
@@ -236,7 +269,7 @@ def train_and_evaluate(config: config_file.Config, flag_values: flags.FlagValues
 def export(config: config_file.Config, flag_values: flags.FlagValues) -> Dict[str, Any]:
     """Exports a SavedModel of the latest checkpoint (with the config in `assets.extra`)."""
     model_dir = config.model_dir
-    if not tf.train.latest_checkpoint(model_dir):
+    if not latest_checkpoint(model_dir):
         raise CliError(f"export: no checkpoint in {model_dir} (train first)")
     base = flag_values.export_dir or config.export.dir or os.path.join(model_dir, "export")
     estimator = models.make_estimator(config)
@@ -289,7 +322,7 @@ def predict(config: Optional[config_file.Config], flag_values: flags.FlagValues)
         predictions = cli_predict.predict_from_export(export_dir, rows(batch_size))
     else:
         model_dir = config.model_dir
-        if not model_dir or not tf.train.latest_checkpoint(model_dir):
+        if not model_dir or not latest_checkpoint(model_dir):
             raise CliError(f"predict: no checkpoint in {model_dir} (train first, or give --export_dir)")
         predictions = cli_predict.predict_from_checkpoint(config, model_dir, rows)
     n = len(next(iter(predictions.values()))) if predictions else 0
@@ -410,8 +443,10 @@ def _raised_in_tensorflow(error: BaseException) -> bool:
 
 
 def explain(error: BaseException, config: Optional[config_file.Config]) -> Optional[str]:
-    """The one-line message of a data or checkpoint problem TensorFlow raised, or None for other errors."""
+    """The one-line message of a data, checkpoint or model directory problem, or None for other errors."""
     message = str(error)
+    if isinstance(error, (ModelDirLockedError, checkpoint_state.DamagedCheckpointStateError)):
+        return message  # whole: it names the directory, the file or the holder, and says what to do
     if isinstance(error, tf.errors.OpError):
         match = _MALFORMED_LINE.search(message)
         if match:

@@ -1,13 +1,17 @@
 """`tpu-estimator data`: write synthetic Criteo-like rows, or convert Criteo TSV files to TFRecord.
 
-    tpu-estimator data --rows=N --output=FILE [--held_out_rows=M] [--seed=S] [--max_vocab=V]
-    tpu-estimator data --input='day_*.tsv' --output=FILE.tfrecord [--skip_malformed]
+    tpu-estimator data --rows=N --output=FILE [--held_out_rows=M] [--seed=S] [--max_vocab=V] [--overwrite]
+    tpu-estimator data --input='day_*.tsv' --output=FILE.tfrecord [--skip_malformed] [--overwrite]
 
 The format of `--output` follows its extension: `.tsv` (Criteo text, one example per line) or `.tfrecord`
 (`tf.train.Example`s, keys in `tpu_estimator.app.data.criteo`). Synthetic rows are examples `[0, N)` of the
 generator `SyntheticCriteoSpec(seed=S, cardinalities=criteo_cardinalities(V))`, the same rows a config with
 `data: {source: synthetic, seed: S, max_vocab: V}` trains on; `--held_out_rows=M` also writes examples `[N, N + M)`
 (disjoint from the training rows) to `held_out_path(FILE)`: `day_0.tsv` -> `day_0.held_out.tsv`.
+
+Files are written whole or not at all (to temporary files renamed over the outputs once complete,
+`output.replacing`): a command that fails part way leaves the outputs as they were. An existing output is replaced
+only with `--overwrite`.
 
 `check(flag_values)` validates the flags without importing TensorFlow; `run(flag_values)` does the work.
 """
@@ -53,6 +57,15 @@ def check(flag_values: flags.FlagValues) -> None:
     fmt = output_format(flag_values.output)
     if os.path.isdir(flag_values.output):
         raise CliError(f"--output: {flag_values.output} is a directory; give a file name (.tsv or .tfrecord)")
+    outputs = [flag_values.output]
+    if not flag_values.input and flag_values.held_out_rows:
+        outputs.append(held_out_path(flag_values.output))
+    existing = [p for p in outputs if os.path.exists(p)]
+    if existing and not flag_values.overwrite:
+        raise CliError(
+            f"--output: {', '.join(existing)} already exists; pass --overwrite to replace it (it is replaced only "
+            "once the new file is complete)"
+        )
     if flag_values.input:
         if flag_values.rows is not None or flag_values.held_out_rows:
             raise CliError("--input converts files; --rows/--held_out_rows write synthetic rows: give one of them")
@@ -92,19 +105,25 @@ def _write_tfrecord(path: str, batches) -> int:
     return count
 
 
-def write_synthetic(path: str, rows: int, start: int, seed: int, max_vocab: int) -> int:
-    """Writes synthetic examples `[start, start + rows)` to `path` (.tsv or .tfrecord); returns the row count."""
+def _write_synthetic(path: str, fmt: str, rows: int, start: int, seed: int, max_vocab: int) -> int:
     from tpu_estimator.app.data import schema, synthetic
 
     generator = synthetic.SyntheticCriteo(
         synthetic.SyntheticCriteoSpec(seed=seed, cardinalities=tuple(schema.criteo_cardinalities(max_vocab)))
     )
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    if output_format(path) == "tsv":
+    if fmt == "tsv":
         generator.write_tsv(path, rows, start)
         return rows
     return _write_tfrecord(path, generator.iter_blocks(rows, start))
+
+
+def write_synthetic(path: str, rows: int, start: int, seed: int, max_vocab: int) -> int:
+    """Writes synthetic examples `[start, start + rows)` to `path` (.tsv or .tfrecord), whole or not at all
+    (replacing a file there); returns the row count."""
+    from tpu_estimator.app.data import output as output_files
+
+    with output_files.replacing([os.path.abspath(path)]) as (temporary,):
+        return _write_synthetic(temporary, output_format(path), rows, start, seed, max_vocab)
 
 
 def run(flag_values: flags.FlagValues) -> Dict[str, Any]:
@@ -121,13 +140,15 @@ def run(flag_values: flags.FlagValues) -> Dict[str, Any]:
         skipped = f", skipped {counter.count} malformed lines" if flag_values.skip_malformed else ""
         print(f"wrote {n} records to {output}{skipped}")
         return {"rows": n, "output": output, "skipped": counter.count}
-    written: List[str] = []
-    n = write_synthetic(output, flag_values.rows, 0, flag_values.seed, flag_values.max_vocab)
-    print(f"wrote {n} synthetic rows to {output} (seed {flag_values.seed})")
-    written.append(output)
+    from tpu_estimator.app.data import output as output_files
+
+    written: List[str] = [output] + ([held_out_path(output)] if flag_values.held_out_rows else [])
+    fmt, seed, max_vocab = output_format(output), flag_values.seed, flag_values.max_vocab
+    with output_files.replacing([os.path.abspath(p) for p in written]) as temporaries:  # both files, or neither
+        n = _write_synthetic(temporaries[0], fmt, flag_values.rows, 0, seed, max_vocab)
+        if flag_values.held_out_rows:
+            m = _write_synthetic(temporaries[1], fmt, flag_values.held_out_rows, n, seed, max_vocab)
+    print(f"wrote {n} synthetic rows to {output} (seed {seed})")
     if flag_values.held_out_rows:
-        held_out = held_out_path(output)
-        m = write_synthetic(held_out, flag_values.held_out_rows, n, flag_values.seed, flag_values.max_vocab)
-        print(f"wrote {m} held-out synthetic rows to {held_out} (rows {n}..{n + m - 1} of seed {flag_values.seed})")
-        written.append(held_out)
+        print(f"wrote {m} held-out synthetic rows to {written[1]} (rows {n}..{n + m - 1} of seed {seed})")
     return {"rows": n, "held_out_rows": flag_values.held_out_rows, "output": written}

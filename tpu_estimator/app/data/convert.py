@@ -39,7 +39,9 @@ def convert_tsv_to_tfrecord(
 ) -> int:
     """Converts Criteo TSV files to TFRecord `tf.train.Example` files.
 
-    Records are written in input order (files sorted by name), dealt round-robin over the output files.
+    Records are written in input order (files sorted by name), dealt round-robin over the output files. The output
+    files are written whole or not at all: to temporary files renamed over them (replacing existing ones) when
+    every record is written.
 
     Args:
       input_patterns: TSV path(s) or glob pattern(s).
@@ -60,6 +62,7 @@ def convert_tsv_to_tfrecord(
     import tensorflow as tf
 
     from tpu_estimator.app.data import criteo
+    from tpu_estimator.app.data import output as output_files
 
     ds = criteo.tsv_raw_dataset(
         input_patterns,
@@ -68,23 +71,19 @@ def convert_tsv_to_tfrecord(
         malformed_counter=malformed_counter,
         compression_type=input_compression_type,
     )
-    paths = output_paths(output, num_output_files)
-    for path in paths:
-        parent = path.rsplit("/", 1)[0] if "/" in path else ""
-        if parent:
-            tf.io.gfile.makedirs(parent)
     options = tf.io.TFRecordOptions(compression_type=output_compression_type or "")
-    writers = [tf.io.TFRecordWriter(p, options) for p in paths]
     count = 0
-    try:
-        for label, dense, present, categorical in ds.as_numpy_iterator():
-            for row in range(len(label)):
-                example = criteo.raw_to_example(label[row], dense[row], present[row], categorical[row])
-                writers[count % len(writers)].write(example.SerializeToString())
-                count += 1
-    finally:
-        for w in writers:
-            w.close()
+    with output_files.replacing(output_paths(output, num_output_files)) as temporaries:
+        writers = [tf.io.TFRecordWriter(p, options) for p in temporaries]
+        try:
+            for label, dense, present, categorical in ds.as_numpy_iterator():
+                for row in range(len(label)):
+                    example = criteo.raw_to_example(label[row], dense[row], present[row], categorical[row])
+                    writers[count % len(writers)].write(example.SerializeToString())
+                    count += 1
+        finally:
+            for w in writers:
+                w.close()
     return count
 
 
@@ -107,12 +106,28 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
     flags.DEFINE_enum(
         "output_compression", "", ["", "GZIP", "ZLIB"], "Compression of the output files.", flag_values=flag_values
     )
+    flags.DEFINE_bool(
+        "overwrite",
+        False,
+        "Replace existing output files (only once the new ones are complete).",
+        flag_values=flag_values,
+    )
     flags.mark_flags_as_required(["input", "output"], flag_values=flag_values)
 
 
 def run(flag_values: flags.FlagValues = FLAGS) -> str:
-    """Converts as the parsed flags say; returns the summary line the command prints (once)."""
+    """Converts as the parsed flags say; returns the summary line the command prints (once).
+
+    Raises:
+      app.UsageError: an output file exists and --overwrite is not given.
+    """
+    import os
+
     from tpu_estimator.app import quiet
+
+    existing = [p for p in output_paths(flag_values.output, flag_values.num_output_files) if os.path.exists(p)]
+    if existing and not flag_values.overwrite:
+        raise app.UsageError(f"--output: {', '.join(existing)} already exists; pass --overwrite to replace it")
 
     quiet.import_tensorflow()
     quiet.configure_logging()

@@ -381,6 +381,10 @@ def _finish(
 ) -> tf.data.Dataset:
     if shuffle:
         ds = ds.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+    return _repeat(ds, num_epochs)
+
+
+def _repeat(ds: tf.data.Dataset, num_epochs: Optional[int]) -> tf.data.Dataset:
     if num_epochs is None:
         ds = ds.repeat()
     elif num_epochs != 1:
@@ -409,7 +413,10 @@ def tsv_raw_dataset(
     """Batches of raw columns `(label, dense, dense_present, categorical)` (see `parse_tsv_lines`).
 
     Batches are at most `batch_size` long: shorter where malformed lines were skipped, and at the end unless
-    `drop_remainder` (which drops the last partial batch of lines, before skipping).
+    `drop_remainder` (which drops the last partial batch of lines, before skipping). With `skip_malformed` the
+    passes over the data are repeated after the skipping, batches left empty are dropped, and each pass ends with
+    its partial batch: a pass without a well-formed line gives nothing, so repeating ends instead of reading the
+    files forever.
     """
     ds, files = _record_dataset(
         file_patterns,
@@ -420,17 +427,20 @@ def tsv_raw_dataset(
         input_pipeline_id=input_pipeline_id,
         num_pipelines=num_pipelines,
     )
-    ds = _finish(ds, shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size, seed=seed, num_epochs=num_epochs)
-    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-    return ds.map(
-        no_autograph(
-            lambda position, line: parse_tsv_lines(
-                line, *record_origin(position, files), skip_malformed, malformed_counter, allow_unlabeled
-            )
-        ),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+    parse = no_autograph(
+        lambda position, line: parse_tsv_lines(
+            line, *record_origin(position, files), skip_malformed, malformed_counter, allow_unlabeled
+        )
     )
+    if not skip_malformed:
+        ds = _finish(ds, shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size, seed=seed, num_epochs=num_epochs)
+        ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+        return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = _finish(ds, shuffle=shuffle, shuffle_buffer_size=shuffle_buffer_size, seed=seed, num_epochs=1)
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = ds.filter(lambda label, *columns: tf.size(label) > 0)
+    return _repeat(ds, num_epochs)
 
 
 def criteo_tsv_dataset(
