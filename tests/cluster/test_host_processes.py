@@ -1,6 +1,6 @@
 """One process per host (`TF_CONFIG` tasks of the hosts' job, `tpu-estimator-hosts`): H hosts x S shards train,
-evaluate and predict as 1 host x H*S shards; only the chief writes model_dir; a killed host makes the others fail
-within 60 s naming it, and a restarted job ends where an uninterrupted one ends.
+evaluate and predict as 1 host x H*S shards; only the chief writes model_dir; a killed host (the chief or another)
+makes the other fail within 60 s naming it, and a restarted job ends where an uninterrupted one ends.
 
 The program is `tests/cluster/host_program.py`, run unchanged on 1 host (no `TF_CONFIG`) and on N; every run is a
 fresh process, so nothing of TensorFlow's process state carries over.
@@ -100,8 +100,10 @@ def test_hosts_in_processes_of_their_own_equal_one_host(tmp_path, num_hosts, sha
     assert len(os.listdir(tmp_path / "many" / "eval")) == len(os.listdir(tmp_path / "one" / "eval")) == 1
 
 
-def test_a_killed_host_fails_the_others_within_60s_and_the_job_resumes(tmp_path):
+@pytest.mark.parametrize("killed", [0, 1], ids=["chief_killed", "host1_killed"])
+def test_a_killed_host_fails_the_others_within_60s_and_the_job_resumes(tmp_path, killed):
     model_dir, steps, num_shards = tmp_path / "job", 40, 2
+    survivor = 1 - killed
     addresses = hosts.loopback_addresses(2)
     env = _env()
     logs, processes = [], []
@@ -114,11 +116,11 @@ def test_a_killed_host_fails_the_others_within_60s_and_the_job_resumes(tmp_path)
     try:
         deadline = time.time() + RUN_TIMEOUT_SECS
         while time.time() < deadline and not (model_dir / "model.ckpt-4.index").exists():
-            assert processes[0].poll() is None, open(tmp_path / "host0.log").read()[-3000:]
+            assert processes[survivor].poll() is None, open(tmp_path / "host{}.log".format(survivor)).read()[-3000:]
             time.sleep(0.2)
-        processes[1].kill()
+        processes[killed].kill()
         killed_at = time.time()
-        code = processes[0].wait(timeout=90)
+        code = processes[survivor].wait(timeout=90)
         elapsed = time.time() - killed_at
     finally:
         for process in processes:
@@ -126,10 +128,10 @@ def test_a_killed_host_fails_the_others_within_60s_and_the_job_resumes(tmp_path)
                 process.kill()
         for log in logs:
             log.close()
-    output = open(tmp_path / "host0.log").read()
+    output = open(tmp_path / "host{}.log".format(survivor)).read()
     assert code != 0
     assert elapsed < 60, elapsed
-    assert "ClusterError" in output and "/job:worker/task:1" in output, output[-3000:]
+    assert "ClusterError" in output and "/job:worker/task:{}".format(killed) in output, output[-3000:]
 
     # The same job started again resumes from the last checkpoint and ends where an uninterrupted run ends.
     resumed_from = int(tf.train.load_variable(tf.train.latest_checkpoint(str(model_dir)), "global_step"))
