@@ -86,3 +86,20 @@ class HostCollectives(object):
             if self.is_chief:
                 return tf.raw_ops.CollectiveBcastSendV2(input=tensor, **members)
             return tf.raw_ops.CollectiveBcastRecvV2(shape=tf.shape(tensor), T=tensor.dtype, **members)
+
+
+def wait_for_every_host(num_hosts: int, host: int, device: str, target: str, config: tf.compat.v1.ConfigProto) -> None:
+    """Returns once every host's process has called this (a collective sum of one scalar, in a graph of its own).
+
+    Args:
+      num_hosts: how many hosts.
+      host: this process's host.
+      device: this host's CPU.
+      target: this process's session target.
+      config: the session config (its operation deadline bounds the wait).
+    """
+    timeout_secs = (config.operation_timeout_in_ms or 0) / 1000.0
+    with tf.Graph().as_default():
+        done = HostCollectives(num_hosts, host, device, timeout_secs).all_sum(tf.constant(1.0))
+        with tf.compat.v1.Session(target, config=config) as session:
+            session.run(done)

@@ -11,6 +11,7 @@ import tensorflow as tf
 from tpu_estimator import (
     _estimator_lib,
     checkpoint_state,
+    collectives,
     cpu_path,
     data_errors,
     predict_step,
@@ -220,6 +221,16 @@ class TPUEstimator(_estimator_lib.Estimator):
             hooks = list(hooks or []) + guarded.hooks
             with data_errors.named_in_first_line():
                 super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
+            if cluster is not None and cluster.process_per_host:
+                # The chief's train() returns after its last checkpoint: no host reads model_dir (evaluate, predict,
+                # the next train) before it is there.
+                collectives.wait_for_every_host(
+                    cluster.num_hosts,
+                    cluster.this_host,
+                    cluster.host_device(cluster.this_host),
+                    cluster.target,
+                    self._config.session_config,
+                )
             guarded.check_trained(steps, max_steps)
             return self
 

@@ -4,7 +4,7 @@
 
 The same file runs everywhere: under `TF_CONFIG` (set by `tpu_estimator.app.hosts`) it is one host of a job. It
 trains a dense model (Adam, two layers, cross-replica mean) for STEPS steps, evaluates 2 steps and predicts 24 rows,
-then writes what this host saw to MODEL_DIR/result_host<i>.json: the evaluation metrics and the predictions by row id.
+(the chief's last checkpoint written 3 s late), then writes what this host saw to MODEL_DIR/result_host<i>.json: the evaluation metrics and the predictions by row id.
 Each host reads its block of every global batch (PER_HOST_V2), as replicas are host-major; training input starts at
 the global batch of the latest checkpoint's step, so a resumed job reads what an uninterrupted one would.
 """
@@ -57,6 +57,18 @@ def predict_input_fn(params):
     return _host_block(dataset, PREDICT_BATCH, params).map(lambda *t: t[0])
 
 
+class SlowFinalSave(tf.compat.v1.train.CheckpointSaverListener):
+    """Delays the chief's last checkpoint: another host that read model_dir as soon as its own train() returned would
+    evaluate an older checkpoint."""
+
+    def __init__(self, last_step, secs=3.0):
+        self._last_step, self._secs = last_step, secs
+
+    def before_save(self, session, global_step_value):
+        if global_step_value >= self._last_step:
+            time.sleep(self._secs)
+
+
 class SleepHook(tf.compat.v1.train.SessionRunHook):
     def __init__(self, secs):
         self._secs = secs
@@ -106,7 +118,8 @@ def main(argv):
         eval_batch_size=GLOBAL_BATCH,
         predict_batch_size=PREDICT_BATCH,
     )
-    estimator.train(make_input_fn(latest_step(model_dir)), max_steps=steps)
+    listeners = [SlowFinalSave(steps)] if config.is_chief else []
+    estimator.train(make_input_fn(latest_step(model_dir)), max_steps=steps, saving_listeners=listeners)
     metrics = estimator.evaluate(make_input_fn(0), steps=2)
     predictions = {int(p["id"]): float(p["logit"]) for p in estimator.predict(predict_input_fn)}
     host = config.task_id or 0
