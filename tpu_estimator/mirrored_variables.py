@@ -18,7 +18,9 @@ import tensorflow as tf
 
 from tpu_estimator.collectives import HostCollectives
 
-# How long the broadcast at session start waits for the chief (which may be restoring a large checkpoint).
+# How long the broadcast at session start may wait for the chief (which may be restoring a large checkpoint); the
+# session's operation deadline (`operation_timeout_in_ms`, 40 s by default on a cluster) bounds the local init's run
+# too, so raise that one for checkpoints that take longer to restore.
 STARTUP_TIMEOUT_SECS = 600.0
 
 
