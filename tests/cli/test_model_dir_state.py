@@ -9,18 +9,9 @@ import time
 
 import pytest
 import tensorflow as tf
-from absl import flags
 
-from tpu_estimator.app import cli
+from tests.cli.test_runtime_errors import FAST, run_in_process
 from tpu_estimator.model_dir_lock import LOCK_FILE_NAME, ModelDirLock
-
-FAST = ["--set=train.steps=5", "--set=train.save_checkpoints_steps=5", "--set=eval.steps=1"]
-
-
-def run_in_process(*args):
-    flag_values = flags.FlagValues()
-    cli.define_flags(flag_values)
-    return cli.run(flag_values(["tpu-estimator"] + list(args)), flag_values)
 
 
 def error_line(capsys, subcommand):
