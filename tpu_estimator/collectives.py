@@ -22,7 +22,8 @@ _instance_keys = itertools.count(1)
 _instance_keys_lock = threading.Lock()
 
 
-def _next_instance_key() -> int:
+def next_instance_key() -> int:
+    """The next number of the process-wide sequence every process draws from in the same order."""
     with _instance_keys_lock:
         return next(_instance_keys)
 
@@ -58,7 +59,7 @@ class HostCollectives(object):
         return dict(
             group_size=self.num_hosts,
             group_key=_GROUP_KEY,
-            instance_key=_next_instance_key(),
+            instance_key=next_instance_key(),
             timeout_seconds=timeout,
         )
 

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import embedding
 from embedding import checkpointing, graph_constants
+from embedding.shard_exchange import ShardExchange
 from tpu_estimator import _estimator_lib, _tf_internal, engine_inputs
 from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
 from tpu_estimator.input_pipeline import WholeHostBatch
@@ -100,6 +101,8 @@ class EmbeddingBridge(object):
         host-major.
       python_ops: whether the host stage may call this process's Python (`tf.numpy_function`); False when a host
         device is another process's (a cluster's client).
+      shard_exchange: with one process per host, in TRAIN: carries this host's gradient pieces to the shards'
+        owners (`embedding_exchange.gradient_piece_exchange`); None when this graph holds every host's part.
 
     Raises:
       ValueError: invalid spec contents.
@@ -114,6 +117,7 @@ class EmbeddingBridge(object):
         host_devices: List[str],
         replicas_per_host: int,
         python_ops: bool = True,
+        shard_exchange: Optional[ShardExchange] = None,
     ):
         self._spec = spec
         # Where the step's host-side scalars live (the gradient multiplier): the first host's CPU.
@@ -147,6 +151,7 @@ class EmbeddingBridge(object):
                 devices=shard_devices,
                 partition_strategy=spec.partition_strategy,
                 register_in_graph=False,
+                shard_exchange=shard_exchange,
             )
         self._dummies = collections.OrderedDict()
         if self._training:
@@ -365,6 +370,27 @@ class EmbeddingBridge(object):
                 # The engine's own scope ("embedding_apply_gradients") beside ours, not in it: shorter names.
                 parts = [(b, grads, device) for b, (grads, device) in zip(batches, per_host)]
                 return self.engine.apply_gradients_of_parts(parts, gradient_multiplier=multiplier)
+
+    def joined_activation_gradients(self, tapped: TappedGradients) -> Dict[str, tf.Tensor]:
+        """The tapped activation gradients of the (one) host's replicas joined per feature key; a feature no
+        replica differentiates gets zeros (what the engine applies for it)."""
+        ((device, replicas),) = self._hosts
+        with graph_constants.placed(device), tf.name_scope("tpu_embedding_gradients"):
+            grads = self._activation_gradients(tapped, replicas)
+        return grads
+
+    def apply_host_gradients(self, batches: Any, activation_grads: Dict[str, tf.Tensor]) -> tf.Operation:
+        """The engine update of the (one) host's part of the step, from its joined activation gradients.
+
+        Args:
+          batches: the host's engine batches (`preprocess`).
+          activation_grads: per feature key, the host's joined activation gradients.
+        """
+        ((device, _),) = self._hosts
+        with graph_constants.sharing(), tf.device(device):
+            with tf.name_scope("tpu_embedding_gradients"):
+                multiplier = self._gradient_multiplier()
+            return self.engine.apply_gradients_of_parts([(batches, activation_grads, device)], gradient_multiplier=multiplier)
 
     # ---- pipelined updates (pipeline_execution_with_tensor_core) ----------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, replication, stamping
+from tpu_estimator import _estimator_lib, _tf_internal, embedding_exchange, replication, stamping
 from tpu_estimator.collectives import HostCollectives
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge, TappedGradients
@@ -81,20 +81,32 @@ def embedding_bridge(
 ) -> Optional[EmbeddingBridge]:
     """The bridge to the embedding engine for this mode, or None without an `EmbeddingConfigSpec`.
 
+    With one process per host (`collectives` given), the bridge does this host's part: its replicas' host stage,
+    lookups on every host's shards and, in TRAIN, updates through the exchange of gradient pieces with the shards'
+    owners (`embedding_exchange.py`).
+
     Raises:
-      ValueError: embeddings with one process per host (`collectives` given), which is not built yet.
+      ValueError: `pipeline_execution_with_tensor_core` with one process per host (not built).
     """
-    if settings.embedding_config_spec is None:
+    spec = settings.embedding_config_spec
+    if spec is None:
         return None
-    if collectives is not None:
-        raise ValueError(
-            "An EmbeddingConfigSpec with one process per host is not supported yet: its tables are sharded over "
-            "every host, and their lookups and updates need an exchange between the hosts outside the step's "
-            "collective ops. Run the hosts from one client instead (tpu-estimator-server on each host, the program "
-            "once, with RunConfig(cluster=...): docs/DISTRIBUTED.md)."
+    exchange = None
+    if collectives is not None and ctx.mode == ModeKeys.TRAIN:
+        if spec.pipeline_execution_with_tensor_core:
+            raise ValueError(
+                "EmbeddingConfigSpec(pipeline_execution_with_tensor_core=True) is not supported with one process per "
+                "host yet: set it to False, or run the hosts from one client (docs/DISTRIBUTED.md)."
+            )
+        exchange = embedding_exchange.gradient_piece_exchange(
+            collectives.host,
+            ctx.replica_devices,
+            [ctx.host_of_replica(r) for r in range(ctx.num_replicas)],
+            ctx.host_device,
+            embedding_exchange.new_generation(),
         )
     return EmbeddingBridge(
-        settings.embedding_config_spec,
+        spec,
         ctx.replica_devices,
         ctx.mode,
         ctx.batch_size_for_model_fn,
@@ -102,6 +114,7 @@ def embedding_bridge(
         ctx.num_of_replicas_per_host,
         # A cluster's client cannot run Python on the hosts' devices.
         python_ops=not ctx.on_cluster,
+        shard_exchange=exchange,
     )
 
 

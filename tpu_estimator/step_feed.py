@@ -4,8 +4,10 @@ Every mode feeds its step the same way, with one difference per mode in what run
 
 * TRAIN (`StepFeed.for_training`): the embedding infeed's thread reads the input and preprocesses the ids of the
   next steps into host queues (`embedding_infeed.py`); the step dequeues them and looks up the activations itself,
-  after the previous step's update;
+  after the previous step's update; with one process per host, a thread looks up and updates the tables beside
+  the step (`embedding_exchange.py`);
 * EVAL (`StepFeed.for_evaluation`): the step reads its input and looks up its activations (tables read-only);
+  with one process per host, the embedding infeed's thread reads and looks up ahead, as in PREDICT;
 * PREDICT (`StepFeed.for_prediction`): the input is padded to the predict batch (masks returned); the embedding
   infeed's thread reads the next batches and looks up their activations while the current one's `model_fn` runs
   (the tables are read-only).
@@ -22,6 +24,7 @@ import tensorflow as tf
 from tpu_estimator import embedding_infeed
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge
+from tpu_estimator.embedding_exchange import HostEmbeddingExchange
 from tpu_estimator.embedding_infeed import EmbeddingInfeed
 from tpu_estimator.embedding_spec import resolve_embedding_config
 from tpu_estimator.input_pipeline import InputPipeline
@@ -70,6 +73,8 @@ class StepFeed(object):
       input_hooks: the hooks that start the input (iterator initialisers, tensor infeed), before `model_fn`'s.
       infeed_hook: the embedding infeed thread's hook, or None. PREDICT puts it after every other hook, so that the
         error of a bad batch is raised after the other hooks' `end`.
+      embedding_exchange: TRAIN with embeddings and one process per host: the thread that looks up and updates the
+        tables beside the step (`embedding_exchange.py`; its `hook` runs it, its `update` ends the step); else None.
     """
 
     def __init__(
@@ -77,10 +82,12 @@ class StepFeed(object):
         read: Callable[[], FedStep],
         input_hooks: List[tf.compat.v1.train.SessionRunHook],
         infeed_hook: Optional[tf.compat.v1.train.SessionRunHook] = None,
+        embedding_exchange: Optional[HostEmbeddingExchange] = None,
     ):
         self._read = read
         self.input_hooks = list(input_hooks)
         self.infeed_hook = infeed_hook
+        self.embedding_exchange = embedding_exchange
 
     def read(self) -> FedStep:
         """In the step: its inputs (built in the step's control-flow context)."""
@@ -108,6 +115,9 @@ class StepFeed(object):
             ctx.host_device,
             embedding_infeed.steps_per_run(ctx.global_batch_size, len(bridge.features)),
         )
+        if ctx.process_per_host:
+            exchange = HostEmbeddingExchange(bridge, infeed, ctx.built_hosts[0], ctx.host_devices)
+            return cls(lambda: FedStep(exchange.read()), input_hooks, infeed.hook, exchange)
 
         def read() -> FedStep:
             per_replica, batches = bridge.join_host_parts(infeed.dequeue())
@@ -117,8 +127,17 @@ class StepFeed(object):
 
     @classmethod
     def for_evaluation(cls, sources: FeedSources) -> "StepFeed":
-        """EVAL: the step reads its input and looks up its activations (arguments as `for_training`'s)."""
-        pipeline, input_hooks, bridge, _ = _built(sources)
+        """EVAL: the step reads its input and looks up its activations (arguments as `for_training`'s); with one
+        process per host, a thread reads and looks up ahead (the step's collective ops cannot share a run with the
+        lookups on other hosts' shards, `embedding_exchange.py`)."""
+        pipeline, input_hooks, bridge, ctx = _built(sources)
+        if bridge is not None and ctx.process_per_host:
+
+            def read_and_look_up() -> embedding_infeed.HostParts:
+                return bridge.per_host(bridge.prepare(pipeline.next_step().per_replica)[0])
+
+            infeed = EmbeddingInfeed(read_and_look_up, ctx.host_device, 1, errors_in_order=True)
+            return cls(lambda: FedStep([r for replicas in infeed.dequeue() for r in replicas]), input_hooks, infeed.hook)
 
         def read() -> FedStep:
             per_replica = pipeline.next_step().per_replica

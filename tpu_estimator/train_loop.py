@@ -93,7 +93,10 @@ class TrainLoop(sharded_step.ModeOnShards):
             # Outside the loop: registration builds initialisation checks that must not live in the loop frame.
             bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
         spec = traced.replica0_spec
-        hooks = feed.input_hooks + ([feed.infeed_hook] if feed.infeed_hook else []) + list(spec.training_hooks or [])
+        hooks = feed.input_hooks + ([feed.infeed_hook] if feed.infeed_hook else [])
+        if feed.embedding_exchange is not None:
+            hooks.append(feed.embedding_exchange.hook)
+        hooks += list(spec.training_hooks or [])
         if getattr(spec, "host_call", None) is not None:
             hooks.append(self._host_calls.hook(spec.host_call))
         hooks.extend(self._progress_hooks(traced.loss))
@@ -174,7 +177,7 @@ class TrainLoop(sharded_step.ModeOnShards):
         step_ops = graph.get_operations()[first_op:]
         spec = replicas.specs[0]
         side_effects = [spec.train_op]
-        embedding_update, next_pending = self._update_embeddings(bridge, inputs, replicas, pending, step_ops)
+        embedding_update, next_pending = self._update_embeddings(feed, bridge, inputs, replicas, pending, step_ops)
         side_effects += embedding_update
         side_effects += self._enqueue_host_calls(replicas, step, step_ops)
         with tf.control_dependencies(side_effects):
@@ -202,6 +205,7 @@ class TrainLoop(sharded_step.ModeOnShards):
 
     def _update_embeddings(
         self,
+        feed: StepFeed,
         bridge: Optional[EmbeddingBridge],
         inputs: FedStep,
         replicas: sharded_step.Replicas,
@@ -216,7 +220,9 @@ class TrainLoop(sharded_step.ModeOnShards):
         if bridge is None:
             return [], []
         next_pending = []
-        if bridge.pipelined:
+        if feed.embedding_exchange is not None:
+            update = feed.embedding_exchange.update(replicas.tapped_gradients)
+        elif bridge.pipelined:
             # The previous step's update runs after this step's lookups: activations are one update stale.
             looked_up = [t for t in tf.nest.flatten(inputs.per_replica, expand_composites=True) if t is not None]
             with tf.control_dependencies(looked_up):
