@@ -390,7 +390,9 @@ class EmbeddingBridge(object):
         with graph_constants.sharing(), tf.device(device):
             with tf.name_scope("tpu_embedding_gradients"):
                 multiplier = self._gradient_multiplier()
-            return self.engine.apply_gradients_of_parts([(batches, activation_grads, device)], gradient_multiplier=multiplier)
+            return self.engine.apply_gradients_of_parts(
+                [(batches, activation_grads, device)], gradient_multiplier=multiplier
+            )
 
     # ---- pipelined updates (pipeline_execution_with_tensor_core) ----------------------------------------------
 

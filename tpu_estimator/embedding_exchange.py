@@ -142,9 +142,10 @@ class HostEmbeddingExchange(object):
                 everyone = self._update_queue(host, host_devices[host], generation, num_hosts).dequeue_many(num_hosts)
                 with tf.control_dependencies([everyone]):
                     step_op = self._applied.enqueue([tf.constant(0, tf.int32)])
-                close = tf.group(
-                    *[q.close(cancel_pending_enqueues=True) for q in (self._inputs, self._gradients, self._applied)]
-                )
+        with tf.name_scope("tpu_embedding_exchange"), tf.device(self._device):
+            close = tf.group(
+                *[q.close(cancel_pending_enqueues=True) for q in (self._inputs, self._gradients, self._applied)]
+            )
         self.hook = TensorInfeedHook(step_op, close)
 
     @staticmethod

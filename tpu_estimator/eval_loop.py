@@ -93,7 +93,7 @@ class EvalLoop(sharded_step.ModeOnShards):
         advance = tf.compat.v1.assign_add(eval_step, tf.cast(steps - 1, eval_step.dtype), use_locking=True)
         with tf.control_dependencies([advance]):
             loss = tf.math.divide(total_loss, tf.cast(tf.maximum(steps, 1), tf.float32))
-        hooks = feed.input_hooks + list(spec.evaluation_hooks or [])
+        hooks = feed.input_hooks + ([feed.infeed_hook] if feed.infeed_hook else []) + list(spec.evaluation_hooks or [])
         eval_metric_ops = None
         if spec.eval_metrics is not None:
             metrics = self._metric_values(spec.eval_metrics, traced.metric_inputs)

@@ -65,4 +65,13 @@ def mirror_from_chief(
     # without global variables.
     with graph.as_default():
         saver = scaffold.saver or tf.compat.v1.train.Saver(var_list=[], allow_empty=True)
-    return tf.compat.v1.train.Scaffold(copy_from_scaffold=scaffold, local_init_op=sync, saver=saver)
+        # The default also waits for the shared resources (embedding table shards, which the chief initialises or
+        # restores), polling every 30 s; the broadcast in the local init already waits for the chief's restore.
+        ready_for_local_init = scaffold.ready_for_local_init_op
+        if ready_for_local_init is None:
+            ready_for_local_init = tf.compat.v1.report_uninitialized_variables(
+                tf.compat.v1.global_variables(), name="report_uninitialized_global_variables"
+            )
+    return tf.compat.v1.train.Scaffold(
+        copy_from_scaffold=scaffold, local_init_op=sync, saver=saver, ready_for_local_init_op=ready_for_local_init
+    )

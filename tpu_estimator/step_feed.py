@@ -137,7 +137,9 @@ class StepFeed(object):
                 return bridge.per_host(bridge.prepare(pipeline.next_step().per_replica)[0])
 
             infeed = EmbeddingInfeed(read_and_look_up, ctx.host_device, 1, errors_in_order=True)
-            return cls(lambda: FedStep([r for replicas in infeed.dequeue() for r in replicas]), input_hooks, infeed.hook)
+            return cls(
+                lambda: FedStep([r for replicas in infeed.dequeue() for r in replicas]), input_hooks, infeed.hook
+            )
 
         def read() -> FedStep:
             per_replica = pipeline.next_step().per_replica

@@ -4,7 +4,7 @@
 
 Three tables sharded over every host, one optimizer each (Adagrad, Adam, FTRL, the last with a learning rate that
 depends on the global step), a weighted 'mean' feature, an 'sqrtn' one and a sequence feature; a dense layer trained
-with Adagrad across the replicas. It trains STEPS steps, evaluates 2 steps and predicts 16 rows, then writes what
+with Adagrad across the replicas. It trains STEPS steps, evaluates 2 steps and predicts 24 rows, then writes what
 this host saw to MODEL_DIR/result_host<i>.json (the metrics, the predictions by row id).
 """
 
@@ -21,7 +21,7 @@ from tpu_estimator import experimental as tex
 from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX
 
 RNG = np.random.RandomState(11)
-ROWS, GLOBAL_BATCH, PREDICT_BATCH = 96, 24, 8
+ROWS, GLOBAL_BATCH, PREDICT_BATCH = 96, 24, 12
 FEATURES = {
     "w": RNG.randint(0, 13, size=(ROWS, 3)).astype(np.int64),  # 0 = no id: rows of 0 to 3 ids
     "w_weight": RNG.uniform(0.5, 2.0, size=(ROWS, 3)).astype(np.float32),
@@ -59,7 +59,7 @@ def train_input_fn(params):
 
 
 def predict_input_fn(params):
-    dataset = tf.data.Dataset.from_tensor_slices({k: v[:16] for k, v in FEATURES.items()})
+    dataset = tf.data.Dataset.from_tensor_slices({k: v[:24] for k, v in FEATURES.items()})
     return _host_block(dataset, PREDICT_BATCH, params).map(_inputs)
 
 

@@ -1,0 +1,84 @@
+"""Embedding tables with one process per host: H hosts x S shards train, evaluate and predict as 1 host x H*S.
+
+The program is `tests/cluster/host_embedding_program.py` (tables with Adagrad, Adam and FTRL, one with a learning
+rate of the global step; weighted, 'sqrtn' and sequence features), run unchanged on 1 host and on N. Each host's
+process looks up and updates the tables beside its step (`tpu_estimator/embedding_exchange.py`): its ids deduplicated
+on its CPU, each shard's update made once per unique id of the global batch by the host that owns it.
+"""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.cluster import host_embedding_program
+from tests.cluster.local_cluster import worker_env
+from tpu_estimator.app import hosts
+
+PROGRAM = os.path.join(os.path.dirname(__file__), "host_embedding_program.py")
+STEPS = 6
+RUN_TIMEOUT_SECS = 240
+
+
+def _env():
+    env = worker_env()
+    env["TF_USE_LEGACY_KERAS"] = "1"  # the program's tf.compat.v1.layers on TF 2.16+
+    return env
+
+
+def _run(model_dir, num_hosts, num_shards, strategy):
+    command = [sys.executable, PROGRAM, str(model_dir), str(num_shards), str(STEPS), strategy]
+    if num_hosts == 1:
+        subprocess.run(command, env=_env(), check=True, timeout=RUN_TIMEOUT_SECS, capture_output=True)
+        return
+    out = io.StringIO()
+    codes = hosts.run_hosts(command, num_hosts, grace_secs=RUN_TIMEOUT_SECS, env=_env(), out=out)
+    assert codes == [0] * num_hosts, out.getvalue()[-4000:]
+
+
+def _checkpoint(model_dir):
+    path = tf.train.latest_checkpoint(str(model_dir))
+    return {name: tf.train.load_variable(path, name) for name, _ in tf.train.list_variables(path)}
+
+
+def _results(model_dir, num_hosts):
+    return [json.load(open(os.path.join(model_dir, "result_host{}.json".format(h)))) for h in range(num_hosts)]
+
+
+@pytest.mark.parametrize("num_hosts,shards_per_host,strategy", [(2, 2, "div"), (3, 1, "mod")])
+def test_tables_sharded_over_host_processes_train_evaluate_and_predict_as_one_host(
+    tmp_path, num_hosts, shards_per_host, strategy
+):
+    num_shards = num_hosts * shards_per_host
+    _run(tmp_path / "one", 1, num_shards, strategy)
+    _run(tmp_path / "many", num_hosts, num_shards, strategy)
+
+    expected, got = _checkpoint(tmp_path / "one"), _checkpoint(tmp_path / "many")
+    assert set(got) == set(expected)
+    assert got["global_step"] == STEPS
+    for name in expected:
+        # Each host sums its rows' gradients per id, then the owner sums the hosts' sums: another float summation
+        # order than one host's single sum; a missed or doubled piece, or a second update, moves them by >= 1e-3.
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    for table in ("tw", "tq", "ts"):
+        assert np.abs(got[table] - host_embedding_program.INIT[table]).max() > 1e-3, table
+        for slot in [n for n in expected if n.startswith(table + "/")]:
+            assert np.abs(got[slot]).max() > 0, slot
+
+    (one,) = _results(tmp_path / "one", 1)
+    many = _results(tmp_path / "many", num_hosts)
+    for result in many:
+        for key, value in one["metrics"].items():
+            assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    joined = {}
+    for result in many:
+        assert not set(result["predictions"]) & set(joined)
+        joined.update(result["predictions"])
+    assert set(joined) == set(one["predictions"])
+    for row, logit in one["predictions"].items():
+        assert joined[row] == pytest.approx(logit, rel=1e-5, abs=1e-6), row
