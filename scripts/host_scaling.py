@@ -2,8 +2,8 @@
 
     python scripts/host_scaling.py --hosts=1,2,3,4 --steps=40
 
-For each host count H, runs a dense TPUEstimator program (an MLP of `--layers` x `--width` with Adam, 1 shard per
-host, a fixed per-host batch) as an H-host job on loopback (`tpu_estimator.app.hosts`), and reports per process:
+For each host count H, runs a TPUEstimator program (an MLP of `--layers` x `--width` with Adam, with `--tables`
+embedding tables sharded over every host, 1 shard per host, a fixed per-host batch) as an H-host job on loopback (`tpu_estimator.app.hosts`), and reports per process:
 the training graph's nodes, the CPU seconds its main thread spent from `train()` to a built graph (on a shared 2-core
 machine, wall seconds grow with the processes sharing the cores; the building thread's CPU seconds are its own cost), the wall
 seconds from `train()` to the end of the first loop, the peak resident memory, and
@@ -27,6 +27,9 @@ flags.DEFINE_integer("steps", 40, "Training steps of each job (one loop of 10 fi
 flags.DEFINE_integer("layers", 4, "Hidden layers of the MLP.")
 flags.DEFINE_integer("width", 256, "Width of each hidden layer.")
 flags.DEFINE_integer("host_batch", 64, "Rows per host and step (the global batch grows with the hosts).")
+flags.DEFINE_integer("tables", 0, "Embedding tables (Adagrad, sharded over every host), one feature of 4 ids each.")
+flags.DEFINE_integer("vocabulary", 100000, "Rows of each embedding table.")
+flags.DEFINE_integer("dimension", 16, "Width of each embedding table.")
 flags.DEFINE_string("json", None, "Also write the figures to this file.")
 flags.DEFINE_string("as_host", None, "Internal: run one host of a job and write its figures to this directory.")
 
@@ -63,7 +66,7 @@ def _run_host(out_dir: str) -> None:
             figures["runs"] = figures.get("runs", 0) + 1
 
     def model_fn(features, labels, mode, params):
-        net = features["x"]
+        net = tf.concat([features["x"]] + [features["t{}".format(t)] for t in range(FLAGS.tables)], axis=1)
         for _ in range(FLAGS.layers):
             net = tf.compat.v1.layers.dense(net, FLAGS.width, activation=tf.nn.relu)
         loss = tf.reduce_mean(tf.square(tf.compat.v1.layers.dense(net, 1) - labels))
@@ -72,8 +75,12 @@ def _run_host(out_dir: str) -> None:
         return te.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=[Timing()])
 
     def input_fn(params):
-        x = np.random.RandomState(params["context"].current_host).randn(1024, _FEATURES).astype(np.float32)
-        dataset = tf.data.Dataset.from_tensor_slices(({"x": x}, x[:, :1])).repeat()
+        rng = np.random.RandomState(params["context"].current_host)
+        x = rng.randn(1024, _FEATURES).astype(np.float32)
+        features = {"x": x}
+        for t in range(FLAGS.tables):
+            features["t{}".format(t)] = rng.zipf(1.2, size=(1024, 4)).astype(np.int64) % FLAGS.vocabulary
+        dataset = tf.data.Dataset.from_tensor_slices((features, x[:, :1])).repeat()
         return dataset.batch(params["batch_size"], drop_remainder=True)
 
     num_hosts = len(json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {}).get("worker", [None]))
@@ -84,7 +91,25 @@ def _run_host(out_dir: str) -> None:
         save_summary_steps=0,
         tpu_config=te.TPUConfig(iterations_per_loop=10, num_shards=num_hosts),
     )
-    estimator = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=FLAGS.host_batch * num_hosts)
+    spec = None
+    if FLAGS.tables:
+        from tpu_estimator import experimental as tex
+
+        spec = tex.EmbeddingConfigSpec(
+            table_to_config_dict={
+                "table{}".format(t): tex.TableConfig(FLAGS.vocabulary, FLAGS.dimension) for t in range(FLAGS.tables)
+            },
+            feature_to_config_dict={
+                "t{}".format(t): tex.FeatureConfig("table{}".format(t)) for t in range(FLAGS.tables)
+            },
+            optimization_parameters=tex.AdagradParameters(0.1),
+        )
+    estimator = te.TPUEstimator(
+        model_fn=model_fn,
+        config=config,
+        train_batch_size=FLAGS.host_batch * num_hosts,
+        embedding_config_spec=spec,
+    )
     start, start_cpu = time.time(), time.thread_time()
     estimator.train(input_fn, max_steps=FLAGS.steps)
     figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -100,6 +125,8 @@ def _job(num_hosts: int) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--as_host=" + out_dir]
     command += ["--steps={}".format(FLAGS.steps), "--layers={}".format(FLAGS.layers)]
     command += ["--width={}".format(FLAGS.width), "--host_batch={}".format(FLAGS.host_batch)]
+    command += ["--tables={}".format(FLAGS.tables), "--vocabulary={}".format(FLAGS.vocabulary)]
+    command += ["--dimension={}".format(FLAGS.dimension)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1", CUDA_VISIBLE_DEVICES="")
     if num_hosts == 1:
         env.pop("TF_CONFIG", None)
