@@ -1,6 +1,6 @@
 """A TPUEstimator program with embedding tables that the tests run on 1 host and on N (one process per host).
 
-    python tests/cluster/host_embedding_program.py MODEL_DIR NUM_SHARDS STEPS PARTITION_STRATEGY
+    python tests/cluster/host_embedding_program.py MODEL_DIR NUM_SHARDS STEPS PARTITION_STRATEGY [SLEEP_PER_STEP_SECS]
 
 Three tables sharded over every host, one optimizer each (Adagrad, Adam, FTRL, the last with a learning rate that
 depends on the global step), a weighted 'mean' feature, an 'sqrtn' one and a sequence feature; a dense layer trained
@@ -11,6 +11,7 @@ this host saw to MODEL_DIR/result_host<i>.json (the metrics, the predictions by 
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -53,9 +54,20 @@ def _inputs(f):
     return {"w": w, "w_weight": w_weight, "q": tf.sparse.from_dense(f["q"]), "s": f["s"], "id": f["id"]}
 
 
-def train_input_fn(params):
-    dataset = tf.data.Dataset.from_tensor_slices((FEATURES, Y)).repeat()
-    return _host_block(dataset, GLOBAL_BATCH, params).map(lambda f, y: (_inputs(f), y))
+def make_train_input_fn(start_step):
+    """Training input from the global batch of `start_step` on, so that a resumed job reads what an uninterrupted one
+    would."""
+
+    def input_fn(params):
+        dataset = tf.data.Dataset.from_tensor_slices((FEATURES, Y)).repeat().skip(start_step * GLOBAL_BATCH)
+        return _host_block(dataset, GLOBAL_BATCH, params).map(lambda f, y: (_inputs(f), y))
+
+    return input_fn
+
+
+def latest_step(model_dir):
+    path = tf.train.latest_checkpoint(model_dir)
+    return int(tf.train.load_variable(path, "global_step")) if path else 0
 
 
 def predict_input_fn(params):
@@ -76,7 +88,16 @@ def model_fn(features, labels, mode, params):
         return te.TPUEstimatorSpec(mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
     optimizer = te.CrossShardOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1))
     train_op = optimizer.minimize(loss, tf.compat.v1.train.get_global_step())
-    return te.TPUEstimatorSpec(mode, loss=loss, train_op=train_op)
+    hooks = [SleepHook(params["sleep"])] if params["sleep"] else []
+    return te.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=hooks)
+
+
+class SleepHook(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, secs):
+        self._secs = secs
+
+    def after_run(self, run_context, run_values):
+        time.sleep(self._secs)
 
 
 def embedding_spec(strategy):
@@ -107,6 +128,7 @@ def embedding_spec(strategy):
 
 def main(argv):
     model_dir, num_shards, steps, strategy = argv[1], int(argv[2]), int(argv[3]), argv[4]
+    sleep = float(argv[5]) if len(argv) > 5 else 0.0
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     config = te.RunConfig(
         model_dir=model_dir,
@@ -116,13 +138,14 @@ def main(argv):
     estimator = te.TPUEstimator(
         model_fn=model_fn,
         config=config,
+        params={"sleep": sleep},
         train_batch_size=GLOBAL_BATCH,
         eval_batch_size=GLOBAL_BATCH,
         predict_batch_size=PREDICT_BATCH,
         embedding_config_spec=embedding_spec(strategy),
     )
-    estimator.train(train_input_fn, max_steps=steps)
-    metrics = estimator.evaluate(train_input_fn, steps=2)
+    estimator.train(make_train_input_fn(latest_step(model_dir)), max_steps=steps)
+    metrics = estimator.evaluate(make_train_input_fn(0), steps=2)
     predictions = {int(p["id"]): float(p["logit"]) for p in estimator.predict(predict_input_fn)}
     result = {"metrics": {k: float(v) for k, v in metrics.items()}, "predictions": predictions}
     with open(os.path.join(model_dir, "result_host{}.json".format(config.task_id or 0)), "w") as f:

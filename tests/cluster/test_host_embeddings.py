@@ -3,7 +3,8 @@
 The program is `tests/cluster/host_embedding_program.py` (tables with Adagrad, Adam and FTRL, one with a learning
 rate of the global step; weighted, 'sqrtn' and sequence features), run unchanged on 1 host and on N. Each host's
 process looks up and updates the tables beside its step (`tpu_estimator/embedding_exchange.py`): its ids deduplicated
-on its CPU, each shard's update made once per unique id of the global batch by the host that owns it.
+on its CPU, each shard's update made once per unique id of the global batch by the host that owns it. A killed chief
+makes the other host fail within 60 s naming it, and the restarted job ends where an uninterrupted one ends.
 """
 
 import io
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -31,8 +33,8 @@ def _env():
     return env
 
 
-def _run(model_dir, num_hosts, num_shards, strategy):
-    command = [sys.executable, PROGRAM, str(model_dir), str(num_shards), str(STEPS), strategy]
+def _run(model_dir, num_hosts, num_shards, strategy, steps=STEPS):
+    command = [sys.executable, PROGRAM, str(model_dir), str(num_shards), str(steps), strategy]
     if num_hosts == 1:
         subprocess.run(command, env=_env(), check=True, timeout=RUN_TIMEOUT_SECS, capture_output=True)
         return
@@ -82,3 +84,44 @@ def test_tables_sharded_over_host_processes_train_evaluate_and_predict_as_one_ho
     assert set(joined) == set(one["predictions"])
     for row, logit in one["predictions"].items():
         assert joined[row] == pytest.approx(logit, rel=1e-5, abs=1e-6), row
+
+
+def test_a_killed_chief_fails_the_other_host_within_60s_and_the_job_resumes(tmp_path):
+    model_dir, steps = tmp_path / "job", 30
+    addresses = hosts.loopback_addresses(2)
+    processes, logs = [], []
+    for host in range(2):
+        log = open(tmp_path / "host{}.log".format(host), "w")
+        logs.append(log)
+        command = [sys.executable, PROGRAM, str(model_dir), "4", str(steps), "div", "0.2"]
+        env = dict(_env(), TF_CONFIG=hosts.host_tf_config(addresses, host))
+        processes.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+    try:
+        deadline = time.time() + RUN_TIMEOUT_SECS
+        while time.time() < deadline and not (model_dir / "model.ckpt-4.index").exists():
+            assert processes[1].poll() is None, open(tmp_path / "host1.log").read()[-3000:]
+            time.sleep(0.2)
+        processes[0].kill()
+        killed_at = time.time()
+        code = processes[1].wait(timeout=90)
+        elapsed = time.time() - killed_at
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        for log in logs:
+            log.close()
+    output = open(tmp_path / "host1.log").read()
+    assert code != 0
+    assert elapsed < 60, elapsed
+    assert "ClusterError" in output and "/job:worker/task:0" in output, output[-3000:]
+
+    # Started again, the job resumes from the last checkpoint and ends where an uninterrupted run ends.
+    resumed_from = int(tf.train.load_variable(tf.train.latest_checkpoint(str(model_dir)), "global_step"))
+    assert 4 <= resumed_from < steps
+    _run(model_dir, 2, 4, "div", steps)
+    _run(tmp_path / "uninterrupted", 1, 4, "div", steps)
+    got, expected = _checkpoint(model_dir), _checkpoint(tmp_path / "uninterrupted")
+    assert got["global_step"] == steps
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
