@@ -52,7 +52,7 @@ def _results(model_dir, num_hosts):
     return [json.load(open(os.path.join(model_dir, "result_host{}.json".format(h)))) for h in range(num_hosts)]
 
 
-@pytest.mark.parametrize("num_hosts,shards_per_host,strategy", [(2, 2, "div"), (3, 1, "mod")])
+@pytest.mark.parametrize("num_hosts,shards_per_host,strategy", [(2, 2, "div"), (3, 1, "mod"), (4, 1, "div")])
 def test_tables_sharded_over_host_processes_train_evaluate_and_predict_as_one_host(
     tmp_path, num_hosts, shards_per_host, strategy
 ):
