@@ -104,3 +104,24 @@ def wait_for_every_host(num_hosts: int, host: int, device: str, target: str, con
         done = HostCollectives(num_hosts, host, device, timeout_secs).all_sum(tf.constant(1.0))
         with tf.compat.v1.Session(target, config=config) as session:
             session.run(done)
+
+
+def int_from_chief(
+    value: int, num_hosts: int, host: int, device: str, target: str, config: tf.compat.v1.ConfigProto
+) -> int:
+    """The chief's `value` on every host (a collective broadcast of one int64, in a graph of its own); returns once
+    the chief has sent it.
+
+    Args:
+      value: the chief's number (ignored on other hosts).
+      num_hosts: how many hosts.
+      host: this process's host.
+      device: this host's CPU.
+      target: this process's session target.
+      config: the session config (its operation deadline bounds the wait).
+    """
+    timeout_secs = (config.operation_timeout_in_ms or 0) / 1000.0
+    with tf.Graph().as_default():
+        shared = HostCollectives(num_hosts, host, device, timeout_secs).from_chief(tf.constant(value, tf.int64))
+        with tf.compat.v1.Session(target, config=config) as session:
+            return int(session.run(shared))

@@ -261,6 +261,38 @@ class TPUEstimator(_estimator_lib.Estimator):
                 input_fn, predict_keys, hooks, checkpoint_path, yield_single_examples
             )
 
+    def export_saved_model(self, export_dir_base, serving_input_receiver_fn, *args, **kwargs):
+        """The Estimator's `export_saved_model`; with one process per host only the chief writes, and every host
+        returns the directory the chief wrote, once it is written (a program that exports on every host writes one
+        SavedModel).
+
+        Raises:
+          tpu_estimator.cluster.ClusterError: with one process per host, the chief did not export within the
+            session's operation deadline (it failed, or it is lost).
+        """
+        cluster = self._config.tpu_cluster
+        if cluster is None or not cluster.process_per_host:
+            return super(TPUEstimator, self).export_saved_model(
+                export_dir_base, serving_input_receiver_fn, *args, **kwargs
+            )
+        written = None
+        if cluster.is_chief:
+            written = super(TPUEstimator, self).export_saved_model(
+                export_dir_base, serving_input_receiver_fn, *args, **kwargs
+            )
+        # The directory's name is the export's timestamp (an integer): the chief shares it.
+        stamp = int(os.path.basename(tf.compat.as_str(written))) if written is not None else 0
+        with cluster_lib.reporting_faults(cluster, "export_saved_model()"):
+            stamp = collectives.int_from_chief(
+                stamp,
+                cluster.num_hosts,
+                cluster.this_host,
+                cluster.host_device(cluster.this_host),
+                cluster.target,
+                self._config.session_config,
+            )
+        return written if written is not None else tf.compat.as_bytes(os.path.join(export_dir_base, str(stamp)))
+
     def eval_dir(self, name: Optional[str] = None) -> str:
         """Where `evaluate` writes its summaries: `model_dir/eval[_name]`, or with one process per host, on a host
         other than the chief (which writes them into `model_dir`), a directory of that process's own."""

@@ -3,7 +3,8 @@
     python tests/cluster/host_program.py MODEL_DIR NUM_SHARDS STEPS [SLEEP_PER_STEP_SECS [TIMEOUT_MS]]
 
 The same file runs everywhere: under `TF_CONFIG` (set by `tpu_estimator.app.hosts`) it is one host of a job. It
-trains a dense model (Adam, two layers, cross-replica mean) for STEPS steps, evaluates 2 steps and predicts 24 rows,
+trains a dense model (Adam, two layers, cross-replica mean) for STEPS steps, evaluates 2 steps, predicts 24 rows and
+exports a SavedModel into MODEL_DIR/export,
 (the chief's last checkpoint written 3 s late), then writes what this host saw to MODEL_DIR/result_host<i>.json: the evaluation metrics and the predictions by row id.
 Each host reads its block of every global batch (PER_HOST_V2), as replicas are host-major; training input starts at
 the global batch of the latest checkpoint's step, so a resumed job reads what an uninterrupted one would.
@@ -55,6 +56,14 @@ def latest_step(model_dir: str) -> int:
 def predict_input_fn(params):
     dataset = tf.data.Dataset.from_tensor_slices({"x": X[:24], "id": IDS[:24]})
     return _host_block(dataset, PREDICT_BATCH, params).map(lambda *t: t[0])
+
+
+def serving_input_receiver_fn():
+    features = {
+        "x": tf.compat.v1.placeholder(tf.float32, [None, 5], name="x"),
+        "id": tf.compat.v1.placeholder(tf.int64, [None], name="id"),
+    }
+    return tf_estimator.export.ServingInputReceiver(features, features)
 
 
 class SlowFinalSave(tf.compat.v1.train.CheckpointSaverListener):
@@ -122,8 +131,10 @@ def main(argv):
     estimator.train(make_input_fn(latest_step(model_dir)), max_steps=steps, saving_listeners=listeners)
     metrics = estimator.evaluate(make_input_fn(0), steps=2)
     predictions = {int(p["id"]): float(p["logit"]) for p in estimator.predict(predict_input_fn)}
+    exported = estimator.export_saved_model(os.path.join(model_dir, "export"), serving_input_receiver_fn)
     host = config.task_id or 0
     result = {
+        "exported": tf.compat.as_str(exported),
         "is_chief": bool(config.is_chief),
         "metrics": {k: float(v) for k, v in metrics.items()},
         "predictions": predictions,

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.cluster import host_program
 from tests.cluster.local_cluster import worker_env
 from tpu_estimator.app import hosts
 
@@ -90,6 +91,15 @@ def test_hosts_in_processes_of_their_own_equal_one_host(tmp_path, num_hosts, sha
     assert set(joined) == set(one["predictions"])
     for row, logit in one["predictions"].items():
         assert joined[row] == pytest.approx(logit, rel=1e-5, abs=1e-6), row
+    # Every host's export_saved_model returns the one SavedModel the chief wrote, which serves the predictions.
+    assert len({r["exported"] for r in many}) == 1
+    assert os.listdir(tmp_path / "many" / "export") == [os.path.basename(many[0]["exported"])]
+    serve = tf.saved_model.load(many[0]["exported"], tags=["serve"]).signatures["serving_default"]
+    rows = np.array(sorted(int(r) for r in joined))
+    served = serve(x=tf.constant(host_program.X[rows]), id=tf.constant(host_program.IDS[rows]))
+    np.testing.assert_allclose(
+        served["logit"].numpy(), [one["predictions"][str(r)] for r in rows], rtol=1e-5, atol=1e-6
+    )
     # Only the chief writes into model_dir: the other hosts' evaluation summaries go elsewhere.
     assert many[0]["eval_dir"] == str(tmp_path / "many" / "eval")
     for result in many[1:]:
