@@ -38,12 +38,25 @@ def replicates_in_graph(estimator) -> bool:
     return bool(getattr(estimator, "_REPLICATES_IN_GRAPH", False))
 
 
-def check_in_graph_client_task() -> None:
+def check_in_graph_client_task(estimator=None) -> None:
     """Refuses a `TF_CONFIG` task that is not the client of an in-graph (`TPUEstimator`) cluster.
 
+    Args:
+      estimator: the estimator; one whose config runs one process per host (`config.tpu_cluster.process_per_host`)
+        is refused with what to call instead.
+
     Raises:
-      ValueError: `TF_CONFIG`'s task is a `worker`, `ps` or `evaluator`: says what runs on each task instead.
+      ValueError: `TF_CONFIG`'s task is a `worker`, `ps` or `evaluator`: says what runs on each task instead; or
+        the estimator runs one process per host.
     """
+    cluster = getattr(getattr(estimator, "config", None), "tpu_cluster", None)
+    if cluster is not None and getattr(cluster, "process_per_host", False):
+        raise ValueError(
+            "train_and_evaluate(TPUEstimator) with one process per host (TF_CONFIG naming this host's task in the "
+            "hosts' job) is not supported yet: call estimator.train(...) and then estimator.evaluate(...) on every "
+            "host, as tests/cluster/host_program.py does, or run the program from one client with the hosts running "
+            "tpu-estimator-server (docs/DISTRIBUTED.md)."
+        )
     task_type = cluster_lib.load_tf_config().get(cluster_lib.TASK_ENV_KEY, {}).get(cluster_lib.TASK_TYPE_KEY)
     if task_type in (TaskType.WORKER, TaskType.PS, TaskType.EVALUATOR):
         raise ValueError(

@@ -184,7 +184,7 @@ def train_and_evaluate(
         raise TypeError("`train_spec` must have type `tf.estimator.TrainSpec`. Got: {}".format(type(train_spec)))
     config = estimator.config
     if distributed_training.replicates_in_graph(estimator):
-        distributed_training.check_in_graph_client_task()
+        distributed_training.check_in_graph_client_task(estimator)
         return _run_local(estimator, train_spec, eval_spec)
     if config.task_type == TaskType.EVALUATOR and config.task_id > 0:
         raise ValueError(
