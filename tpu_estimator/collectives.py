@@ -107,7 +107,13 @@ def wait_for_every_host(num_hosts: int, host: int, device: str, target: str, con
 
 
 def int_from_chief(
-    value: int, num_hosts: int, host: int, device: str, target: str, config: tf.compat.v1.ConfigProto
+    value: int,
+    num_hosts: int,
+    host: int,
+    device: str,
+    target: str,
+    config: tf.compat.v1.ConfigProto,
+    timeout_secs: float,
 ) -> int:
     """The chief's `value` on every host (a collective broadcast of one int64, in a graph of its own); returns once
     the chief has sent it.
@@ -118,10 +124,11 @@ def int_from_chief(
       host: this process's host.
       device: this host's CPU.
       target: this process's session target.
-      config: the session config (its operation deadline bounds the wait).
+      config: the session config.
+      timeout_secs: how long to wait for the chief (in place of the session's operation deadline).
     """
-    timeout_secs = (config.operation_timeout_in_ms or 0) / 1000.0
     with tf.Graph().as_default():
         shared = HostCollectives(num_hosts, host, device, timeout_secs).from_chief(tf.constant(value, tf.int64))
+        options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_secs * 1000))
         with tf.compat.v1.Session(target, config=config) as session:
-            return int(session.run(shared))
+            return int(session.run(shared, options=options))

@@ -350,10 +350,12 @@ class EmbeddingBridge(object):
                 out.append((self._activation_gradients(tapped, replicas, warn=h == 0), device))
         return out
 
-    def _gradient_multiplier(self) -> Optional[tf.Tensor]:
+    def _gradient_multiplier(self, global_step: Optional[tf.Tensor] = None) -> Optional[tf.Tensor]:
         if self._spec.experimental_gradient_multiplier_fn is None:
             return None
-        return tf.cast(self._spec.experimental_gradient_multiplier_fn(tf.compat.v1.train.get_global_step()), tf.float32)
+        if global_step is None:
+            global_step = tf.compat.v1.train.get_global_step()
+        return tf.cast(self._spec.experimental_gradient_multiplier_fn(global_step), tf.float32)
 
     def apply_gradients(self, batches: List[Any], tapped: TappedGradients) -> tf.Operation:
         """The engine update of this step from the tapped activation gradients of every replica.
@@ -371,25 +373,35 @@ class EmbeddingBridge(object):
                 parts = [(b, grads, device) for b, (grads, device) in zip(batches, per_host)]
                 return self.engine.apply_gradients_of_parts(parts, gradient_multiplier=multiplier)
 
-    def joined_activation_gradients(self, tapped: TappedGradients) -> Dict[str, tf.Tensor]:
-        """The tapped activation gradients of the (one) host's replicas joined per feature key; a feature no
-        replica differentiates gets zeros (what the engine applies for it)."""
+    def joined_activation_gradients(self, tapped: TappedGradients) -> Dict[str, Optional[tf.Tensor]]:
+        """The tapped activation gradients of the (one) host's replicas joined per feature key (None: no replica
+        differentiates the feature)."""
         ((device, replicas),) = self._hosts
         with graph_constants.placed(device), tf.name_scope("tpu_embedding_gradients"):
             grads = self._activation_gradients(tapped, replicas)
         return grads
 
-    def apply_host_gradients(self, batches: Any, activation_grads: Dict[str, tf.Tensor]) -> tf.Operation:
-        """The engine update of the (one) host's part of the step, from its joined activation gradients.
+    def apply_host_gradients(
+        self, batches: Any, activation_grads: Dict[str, tf.Tensor], global_step: tf.Tensor
+    ) -> tf.Operation:
+        """The engine update of the (one) host's part of the step, from its joined activation gradients, built for a
+        run of its own beside the step (`embedding_exchange.py`).
 
         Args:
           batches: the host's engine batches (`preprocess`).
           activation_grads: per feature key, the host's joined activation gradients.
+          global_step: the global step the step read before its writes: the tables' learning rates of the global
+            step and the gradient multiplier are computed from it (that run cannot order its own reads of the
+            variable against the step's writes).
         """
+        for table in self.engine.tables.values():
+            rate = getattr(table.optimizer, "learning_rate", None)
+            if isinstance(rate, embedding.GlobalStepLearningRate):
+                rate.global_step = global_step
         ((device, _),) = self._hosts
         with graph_constants.sharing(), tf.device(device):
             with tf.name_scope("tpu_embedding_gradients"):
-                multiplier = self._gradient_multiplier()
+                multiplier = self._gradient_multiplier(global_step)
             return self.engine.apply_gradients_of_parts(
                 [(batches, activation_grads, device)], gradient_multiplier=multiplier
             )

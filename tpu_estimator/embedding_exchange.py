@@ -13,9 +13,12 @@ loop, and the two meet through queues on this host's CPU:
 3. the thread turns them into table gradients, sends each shard's piece to the host that owns the shard
    (`embedding.shard_exchange.QueueShardExchange`), and updates the shards this host owns once per unique id of the
    global batch, from every host's piece; then it tells every host that its shards are updated;
-4. once every owner said so, the thread lets the step end (its variable writes wait for it, so the step's reads of
-   the global step, the learning rates among them, see the values from before the step, as on a TPU) and goes on
-   with the next step's lookups, which so see every host's update.
+4. once every owner said so, the thread lets the step end (its variable writes wait for it) and goes on with the
+   next step's lookups, which so see every host's update.
+
+The update's learning rates of the global step and its gradient multiplier use the global step that the step read
+before its writes and queued with its gradients, as on one host (the thread's run cannot order its own reads of the
+variable against the step's writes).
 
 Every process builds the same queues in the same order: their shared names carry a generation drawn from the
 collectives' process-wide counter, so the queues of one `train()` are not those of another.
@@ -129,14 +132,18 @@ class HostEmbeddingExchange(object):
             self._gradient_shapes = [t.shape for t in templates]
             with tf.device(self._device):
                 self._inputs = tf.queue.FIFOQueue(_DEPTH, [t.dtype for t in inputs], name="inputs_with_activations")
-                self._gradients = tf.queue.FIFOQueue(1, [tf.float32] * len(self._keys), name="activation_gradients")
+                # The step's gradients and the global step it read before its writes.
+                self._gradients = tf.queue.FIFOQueue(
+                    1, [tf.float32] * len(self._keys) + [tf.int64], name="activation_gradients"
+                )
                 self._applied = tf.queue.FIFOQueue(1, [tf.int32], name="update_applied")
                 send_inputs = self._inputs.enqueue(inputs)
                 with tf.control_dependencies([send_inputs]):
-                    grads = _dequeued(self._gradients)
+                    *grads, global_step = _dequeued(self._gradients)
+                global_step.set_shape([])
                 for grad, template in zip(grads, templates):
                     grad.set_shape(template.shape)
-                update = bridge.apply_host_gradients(batches, dict(zip(self._keys, grads)))
+                update = bridge.apply_host_gradients(batches, dict(zip(self._keys, grads)), global_step)
             announced = self._announce_update(update, host_devices, generation)
             with tf.device(self._device), tf.control_dependencies([announced]):
                 everyone = self._update_queue(host, host_devices[host], generation, num_hosts).dequeue_many(num_hosts)
@@ -194,6 +201,9 @@ class HostEmbeddingExchange(object):
                 joined[key] if joined[key] is not None else tf.zeros(shape, tf.float32)
                 for key, shape in zip(self._keys, self._gradient_shapes)
             ]
-            send = self._gradients.enqueue(values)
+            # Read in the step, before its writes (which wait for the update): the value the update's learning
+            # rates and gradient multiplier must see, as on one host.
+            global_step = tf.cast(tf.compat.v1.train.get_global_step().read_value(), tf.int64)
+            send = self._gradients.enqueue(values + [global_step])
             with tf.control_dependencies([send]):
                 return tf.group(_dequeued(self._applied), name="embedding_update_applied")

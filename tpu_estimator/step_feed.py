@@ -136,7 +136,9 @@ class StepFeed(object):
             def read_and_look_up() -> embedding_infeed.HostParts:
                 return bridge.per_host(bridge.prepare(pipeline.next_step().per_replica)[0])
 
-            infeed = EmbeddingInfeed(read_and_look_up, ctx.host_device, 1, errors_in_order=True)
+            # Errors at the next hook call: one run of the step takes all the evaluation's steps, so the thread's
+            # error cannot wait for the caller's runs (PREDICT's errors_in_order).
+            infeed = EmbeddingInfeed(read_and_look_up, ctx.host_device, 1)
             return cls(
                 lambda: FedStep([r for replicas in infeed.dequeue() for r in replicas]), input_hooks, infeed.hook
             )

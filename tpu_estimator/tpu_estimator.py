@@ -38,6 +38,10 @@ _RESERVED_PARAMS_KEYS = ["batch_size", "context"]
 INFERENCE_ON_TPU_MODE = "_inference_on_tpu"
 
 
+# With one process per host, how long the other hosts wait for the chief's export (it restores whole tables).
+EXPORT_WAIT_SECS = 3600.0
+
+
 class ExportSavedModelApiVersion(enum.Enum):
     V1 = 1
     V2 = 2
@@ -261,37 +265,44 @@ class TPUEstimator(_estimator_lib.Estimator):
                 input_fn, predict_keys, hooks, checkpoint_path, yield_single_examples
             )
 
-    def export_saved_model(self, export_dir_base, serving_input_receiver_fn, *args, **kwargs):
-        """The Estimator's `export_saved_model`; with one process per host only the chief writes, and every host
-        returns the directory the chief wrote, once it is written (a program that exports on every host writes one
-        SavedModel).
+    def _export_all_saved_models(self, export_dir_base, *args, **kwargs):
+        """What every export method of the Estimator calls; with one process per host only the chief writes, and
+        every host returns the directory the chief wrote, once it is written (a program that exports on every host
+        writes one SavedModel).
 
         Raises:
-          tpu_estimator.cluster.ClusterError: with one process per host, the chief did not export within the
-            session's operation deadline (it failed, or it is lost).
+          RuntimeError: with one process per host, on a host other than the chief: the chief's export failed (the
+            chief raises its own error).
+          tpu_estimator.cluster.ClusterError: with one process per host, the chief did not answer within
+            `EXPORT_WAIT_SECS` (it is lost).
         """
         cluster = self._config.tpu_cluster
         if cluster is None or not cluster.process_per_host:
-            return super(TPUEstimator, self).export_saved_model(
-                export_dir_base, serving_input_receiver_fn, *args, **kwargs
-            )
-        written = None
-        if cluster.is_chief:
-            written = super(TPUEstimator, self).export_saved_model(
-                export_dir_base, serving_input_receiver_fn, *args, **kwargs
-            )
-        # The directory's name is the export's timestamp (an integer): the chief shares it.
-        stamp = int(os.path.basename(tf.compat.as_str(written))) if written is not None else 0
-        with cluster_lib.reporting_faults(cluster, "export_saved_model()"):
-            stamp = collectives.int_from_chief(
-                stamp,
-                cluster.num_hosts,
-                cluster.this_host,
-                cluster.host_device(cluster.this_host),
-                cluster.target,
-                self._config.session_config,
-            )
-        return written if written is not None else tf.compat.as_bytes(os.path.join(export_dir_base, str(stamp)))
+            return super(TPUEstimator, self)._export_all_saved_models(export_dir_base, *args, **kwargs)
+        written, stamp = None, -1
+        try:
+            if cluster.is_chief:
+                written = super(TPUEstimator, self)._export_all_saved_models(export_dir_base, *args, **kwargs)
+                # The directory's name is the export's timestamp (an integer).
+                stamp = int(os.path.basename(tf.compat.as_str(written)))
+        finally:
+            # Every host takes part, the chief also when its export failed (-1), so that no host waits for nothing
+            # and every process draws the same collective keys.
+            with cluster_lib.reporting_faults(cluster, "export_saved_model()"):
+                stamp = collectives.int_from_chief(
+                    stamp,
+                    cluster.num_hosts,
+                    cluster.this_host,
+                    cluster.host_device(cluster.this_host),
+                    cluster.target,
+                    self._config.session_config,
+                    EXPORT_WAIT_SECS,
+                )
+        if written is not None:
+            return written
+        if stamp < 0:
+            raise RuntimeError("The chief's (host 0's) export failed: its own error says why.")
+        return os.path.join(tf.compat.as_bytes(export_dir_base), tf.compat.as_bytes(str(stamp)))
 
     def eval_dir(self, name: Optional[str] = None) -> str:
         """Where `evaluate` writes its summaries: `model_dir/eval[_name]`, or with one process per host, on a host

@@ -3,7 +3,7 @@
     python tests/cluster/host_embedding_program.py MODEL_DIR NUM_SHARDS STEPS PARTITION_STRATEGY [SLEEP_PER_STEP_SECS]
 
 Three tables sharded over every host, one optimizer each (Adagrad, Adam, FTRL, the last with a learning rate that
-depends on the global step), a weighted 'mean' feature, an 'sqrtn' one and a sequence feature; a dense layer trained
+depends on the global step), a gradient multiplier of the global step, a weighted 'mean' feature, an 'sqrtn' one and a sequence feature; a dense layer trained
 with Adagrad across the replicas. It trains STEPS steps, evaluates 2 steps and predicts 24 rows, then writes what
 this host saw to MODEL_DIR/result_host<i>.json (the metrics, the predictions by row id).
 """
@@ -123,6 +123,7 @@ def embedding_spec(strategy):
         },
         optimization_parameters=tex.AdagradParameters(0.5, initial_accumulator=0.1),
         partition_strategy=strategy,
+        experimental_gradient_multiplier_fn=lambda step: 2.0 / (2.0 + tf.cast(step, tf.float32)),
     )
 
 
