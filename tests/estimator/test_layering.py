@@ -207,7 +207,7 @@ def test_private_member_checks_find_offenders():
 
 # Values (settings, specs, configs, protocols) and the bottom modules they may build on; stages are everything else.
 VALUE_MODULES = {"spec", "host_call_spec", "tpu_config", "context", "embedding_spec", "replica_context"}
-BOTTOM_MODULES = {"_estimator_lib", "_tf_internal", "_keras2", "devices", "cluster"}
+BOTTOM_MODULES = {"_estimator_lib", "_tf_internal", "_keras2", "batch_size", "devices", "cluster"}
 
 
 def test_value_modules_import_no_stage():
