@@ -2,9 +2,9 @@
 #   .venv        TensorFlow 2.21 + tf-keras 2.21, no tensorflow-estimator (our own Estimator core); `make demo` uses it.
 #   .venv-tf215  TensorFlow 2.15 + tensorflow-estimator 2.15 + tf-keras 2.15 (the `tf215` extra).
 # `make test` runs the suite on both; `make test-tf221` / `make test-tf215` run one leg. PYTEST_ARGS adds pytest
-# arguments, e.g. `make test-tf221 PYTEST_ARGS='tests/embedding -x'`. `make test` runs each leg as two halves
-# (`test-tf215-engine`/`test-tf215-product`, `test-tf221-engine`/`test-tf221-product`: every test, split by directory)
-# so that each stays well under 20 minutes on 2 cores.
+# arguments, e.g. `make test-tf221 PYTEST_ARGS='tests/embedding -x'`. `make test` runs each leg in three parts
+# (`test-tf215-engine`/`test-tf215-product`/`test-tf215-cluster`, likewise `test-tf221-...`: every test once, split
+# by directory) so that each stays well under 20 minutes on 2 cores.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 VENV_TF215 := .venv-tf215
@@ -18,7 +18,8 @@ TEST_ENV := TF_CPP_MIN_LOG_LEVEL=2
 # Each leg ends with its slowest tests, so a leg that grows shows where the time went.
 DURATIONS := --durations=15
 
-.PHONY: demo test lint test-tf221 test-tf221-engine test-tf221-product test-tf215 test-tf215-engine test-tf215-product test-tf215-our-core conformance install install-tf215 clean
+.PHONY: demo test lint test-tf221 test-tf221-engine test-tf221-product test-tf221-cluster test-tf215 test-tf215-engine \
+	test-tf215-product test-tf215-cluster test-tf215-our-core conformance install install-tf215 clean
 
 install: $(STAMP)
 
@@ -45,7 +46,8 @@ DEMO_DIR ?= demo_output
 demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) scripts/demo.py --work_dir=$(DEMO_DIR) $(DEMO_ARGS)
 
-test: lint test-tf215-engine test-tf215-product test-tf215-our-core test-tf221-engine test-tf221-product
+test: lint test-tf215-engine test-tf215-product test-tf215-cluster test-tf215-our-core test-tf221-engine \
+	test-tf221-product test-tf221-cluster
 
 # One code style: the formatter's check and the linter (config in pyproject.toml).
 lint: $(STAMP)
@@ -55,24 +57,32 @@ lint: $(STAMP)
 test-tf221: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest $(DURATIONS) -m "not upstream" $(PYTEST_ARGS)
 
-# The TF 2.21 leg in the same two halves as the TF 2.15 leg.
+# The TF 2.21 leg in the same three parts as the TF 2.15 leg.
 test-tf221-engine: $(STAMP)
 	$(TEST_ENV) $(PY) -m pytest $(DURATIONS) -m "not upstream" $(ENGINE_TESTS)
 
 test-tf221-product: $(STAMP)
-	$(TEST_ENV) $(PY) -m pytest $(DURATIONS) -m "not upstream" $(addprefix --ignore=,$(ENGINE_TESTS)) tests
+	$(TEST_ENV) $(PY) -m pytest $(DURATIONS) -m "not upstream" $(addprefix --ignore=,$(ENGINE_TESTS) $(CLUSTER_TESTS)) tests
+
+test-tf221-cluster: $(STAMP)
+	$(TEST_ENV) $(PY) -m pytest $(DURATIONS) -m "not upstream" $(CLUSTER_TESTS)
 
 test-tf215: $(STAMP_TF215)
 	$(TEST_ENV) $(PY_TF215) -m pytest $(DURATIONS) $(PYTEST_ARGS)
 
-# Both legs in two halves: the embedding engine, the conformance array and the models; then everything else.
+# Both legs in three parts: the embedding engine, the conformance array and the models; the multi-process cluster
+# tests; then everything else.
 ENGINE_TESTS := tests/embedding tests/conformance tests/models
+CLUSTER_TESTS := tests/cluster
 
 test-tf215-engine: $(STAMP_TF215)
 	$(TEST_ENV) $(PY_TF215) -m pytest $(DURATIONS) $(ENGINE_TESTS)
 
 test-tf215-product: $(STAMP_TF215)
-	$(TEST_ENV) $(PY_TF215) -m pytest $(DURATIONS) $(addprefix --ignore=,$(ENGINE_TESTS)) tests
+	$(TEST_ENV) $(PY_TF215) -m pytest $(DURATIONS) $(addprefix --ignore=,$(ENGINE_TESTS) $(CLUSTER_TESTS)) tests
+
+test-tf215-cluster: $(STAMP_TF215)
+	$(TEST_ENV) $(PY_TF215) -m pytest $(DURATIONS) $(CLUSTER_TESTS)
 
 # TPUEstimator's tests on our Estimator core where upstream's also runs: the same suite as the oracle of the core.
 test-tf215-our-core: $(STAMP_TF215)

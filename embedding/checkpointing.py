@@ -2,8 +2,8 @@
 
 A table and each of its optimizer slots are stored in checkpoints as ONE full tensor `[vocabulary_size, dim]`
 under a configurable key, whatever the number of shards and the partition strategy used in memory. This module
-holds the few TensorFlow internals needed for that (TF1 `SaveableObject`, TF2 `Trackable` serialization, graph
-resource registration) behind a small API:
+builds that on the few TensorFlow internals it needs (TF1 `SaveableObject`, TF2 `Trackable` serialization, graph
+resource registration; each in `embedding/_tf_internal.py`) behind a small API:
 
 - `LogicalTensor`: a view of one logical tensor spread over shard variables. It is a `Trackable` whose
   `_serialize_to_tensors` / `_restore_from_tensors` use the full tensor under the local name `VARIABLE_VALUE` (the
@@ -22,31 +22,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
-# Internals, kept behind this module.
-from tensorflow.core.framework import variable_pb2 as _variable_pb2
-from tensorflow.python.framework import ops as _ops
-from tensorflow.python.ops import ref_variable as _ref_variable
-from tensorflow.python.ops import resource_variable_ops as _resource_variable_ops
-from tensorflow.python.ops import resources as _resources
-from tensorflow.python.trackable import base as _trackable_base
-from tensorflow.python.training.saving import saveable_object as _saveable_object
+from embedding import _tf_internal
 
 #: Graph collection holding the physical shard variables of every ShardedTable (TF1 graphs only).
 SHARD_VARIABLES_COLLECTION = "tpu_estimator_embedding_shard_variables"
 
 # Shard variables survive meta-graph export / import as variables (like GLOBAL_VARIABLES).
-_ops.register_proto_function(
-    SHARD_VARIABLES_COLLECTION,
-    proto_type=_variable_pb2.VariableDef,
-    to_proto=_ref_variable._to_proto_fn,
-    from_proto=_ref_variable._from_proto_fn,
-)
+_tf_internal.register_variable_collection(SHARD_VARIABLES_COLLECTION)
 
 #: Local name under which a logical tensor is serialized by `tf.train.Checkpoint` (same as tf.Variable).
-VARIABLE_VALUE_KEY = _trackable_base.VARIABLE_VALUE_KEY
+VARIABLE_VALUE_KEY = _tf_internal.VARIABLE_VALUE_KEY
 
 #: The base class of objects `tf.train.Checkpoint` saves and restores.
-Trackable = _trackable_base.Trackable
+Trackable = _tf_internal.Trackable
 
 
 def create_shard_variable(
@@ -64,8 +52,8 @@ def create_shard_variable(
       device: Device string / DeviceSpec, or None.
     """
     with tf.device(device):
-        return _resource_variable_ops.ResourceVariable(
-            initial_value=initial_value, trainable=False, name=name, dtype=tf.float32, collections=[]
+        return _tf_internal.resource_variable(
+            initial_value, trainable=False, name=name, dtype=tf.float32, collections=[]
         )
 
 
@@ -101,11 +89,7 @@ def register_shard_variable(variable: tf.Variable) -> None:
         logger.addFilter(_RESOURCE_FILTER)
     with graph.as_default():
         graph.add_to_collection(SHARD_VARIABLES_COLLECTION, variable)
-        # The variable's own `IsInitialized` op where it has one (`is_initialized()` builds another each call).
-        is_initialized = getattr(variable, "_is_initialized_op", None)
-        if not isinstance(is_initialized, tf.Tensor) or is_initialized.graph is not graph:
-            is_initialized = variable.is_initialized()
-        _resources.register_resource(variable.handle, variable.initializer, is_initialized)
+        _tf_internal.register_shared_resource(variable)
 
 
 def shard_variables(graph: Optional[tf.Graph] = None) -> List[tf.Variable]:
@@ -169,7 +153,7 @@ class _SavedRead:
         return self._tensor
 
 
-class _LogicalSaveable(_saveable_object.SaveableObject):
+class _LogicalSaveable(_tf_internal.SaveableObject):
     """TF1 SaveableObject saving a LogicalTensor as one full tensor under checkpoint key `key`.
 
     The checkpoint key is the SaveSpec name. The object's own `name` (used by the Saver only to sort and
@@ -186,7 +170,7 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
             specs = []
             for read, (offset, size) in zip(logical.saved_reads, logical.row_slices):
                 specs.append(
-                    _saveable_object.SaveSpec(
+                    _tf_internal.SaveSpec(
                         read,
                         f"{rows} {dim} {offset},{size}:-",
                         key,
@@ -196,9 +180,7 @@ class _LogicalSaveable(_saveable_object.SaveableObject):
                 )  # One device per saveable (sharded Savers group by it).
         else:
             specs = [
-                _saveable_object.SaveSpec(
-                    logical.saved_reads[0], "", key, dtype=logical.dtype, device=logical.host_device
-                )
+                _tf_internal.SaveSpec(logical.saved_reads[0], "", key, dtype=logical.dtype, device=logical.host_device)
             ]
         name = key
         if not tf.executing_eagerly():
@@ -252,7 +234,7 @@ def _not_sparsecore_check(restored: tf.Tensor) -> Optional[tf.Tensor]:
         return tf.py_function(check, [op.inputs[0]], tf.bool, name="check_not_sparsecore")
 
 
-class LogicalTensor(_trackable_base.Trackable):
+class LogicalTensor(_tf_internal.Trackable):
     """A full `[rows, dim]` tensor stored as shard variables, saved in the logical layout.
 
     Args:
@@ -346,7 +328,7 @@ class LogicalTensor(_trackable_base.Trackable):
             return tf.no_op()
 
     # TF1 tf.compat.v1.train.Saver.
-    def saveable(self) -> _saveable_object.SaveableObject:
+    def saveable(self) -> _tf_internal.SaveableObject:
         """Returns a TF1 SaveableObject saving the full tensor under `self.key`."""
         return _LogicalSaveable(self, self.key)
 
@@ -371,21 +353,11 @@ def take_deferred_value(trackable: Any, name: str) -> Optional[tf.Tensor]:
     A `tf.train.Checkpoint` restore keeps each checkpoint child its object does not have (`_lookup_dependency`
     returned None) as a deferred position; this reads that child's value (eagerly) and drops the position.
     """
-    deferred = getattr(trackable, "_deferred_dependencies", None) or {}
-    positions = deferred.get(name)
-    if not positions:
-        return None
-    values = positions[-1].value_tensors()  # The latest restore's position.
-    deferred.pop(name, None)
-    for position in positions:  # Read: the restore's status counts them as matched and restored.
-        placeholder = Trackable()
-        placeholder._maybe_initialize_trackable()
-        position.bind_object(placeholder)
-        placeholder._update_uid = position.restore_uid
-    return values.get(VARIABLE_VALUE_KEY)
+    values = _tf_internal.take_deferred_restore(trackable, name)
+    return None if values is None else values.get(VARIABLE_VALUE_KEY)
 
 
-def add_saveables_to_graph(saveables: Sequence[_saveable_object.SaveableObject]) -> None:
+def add_saveables_to_graph(saveables: Sequence[_tf_internal.SaveableObject]) -> None:
     """Adds saveables to the current graph's SAVEABLE_OBJECTS collection (no-op eagerly).
 
     The default `tf.compat.v1.train.Saver()` (and the Estimator's Scaffold saver) then saves them.

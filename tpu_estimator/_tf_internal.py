@@ -498,3 +498,44 @@ def bounded_remote_session_close(timeout_secs: float) -> Iterator[None]:
             _close_depth -= 1
             if _close_depth == 0:
                 session_lib.BaseSession.close = _original_close
+
+
+def summary_ops_v2():
+    """TensorFlow's graph-mode summary API (`summary_ops_v2`), which TF1 programs know as `tf.contrib.summary`."""
+    from tensorflow.python.ops import summary_ops_v2 as module
+
+    return module
+
+
+def loaded_module(obj: Any) -> Any:
+    """`obj`, or the module it stands for when it is one of TensorFlow's lazily loaded modules (a `LazyLoader`,
+    which its parent replaces by the real module once loaded)."""
+    if hasattr(type(obj), "_load"):
+        return obj._load()
+    return obj
+
+
+def is_module_wrapper(obj: Any) -> bool:
+    """Whether `obj` is one of TensorFlow's API module wrappers (`tf`, `tf.compat.v1`, ...: deprecation warnings and
+    lazily imported names around the module they wrap)."""
+    return hasattr(obj, "_tfmw_wrapped_module")
+
+
+def module_wrapper_attribute(wrapper: Any, name: str, missing: Any) -> Any:
+    """The attribute `name` of an API module wrapper as the wrapped module holds it, without the wrapper's
+    deprecation warning; a lazily imported public name imported as the wrapper would; `missing` when it has none."""
+    wrapped = wrapper._tfmw_wrapped_module
+    if name in wrapped.__dict__:
+        return wrapped.__dict__[name]
+    if name in (wrapper._tfmw_public_apis or {}):
+        return wrapper._tfmw_import_module(name)
+    return missing
+
+
+def module_wrapper_remove(wrapper: Any, name: str) -> None:
+    """Removes the attribute `name` from an API module wrapper: from the wrapped module, the wrapper and the wrapper's
+    attribute cache."""
+    wrapper._tfmw_wrapped_module.__dict__.pop(name, None)
+    wrapper.__dict__.pop(name, None)
+    if wrapper._fastdict_key_in(name):
+        wrapper._fastdict_pop(name)

@@ -4,6 +4,7 @@ from typing import List, Optional, Tuple
 
 from tpu_estimator import _estimator_lib
 from tpu_estimator import devices as devices_lib
+from tpu_estimator.batch_size import check_divisible
 from tpu_estimator.tpu_config import InputPipelineConfig, input_pipeline_config_name
 
 ModeKeys = _estimator_lib.ModeKeys
@@ -200,12 +201,8 @@ class ShardingContext(object):
                 "eval_training_input_configuration) must be PER_HOST_V1, PER_HOST_V2 or PER_SHARD_V1, not {} (it "
                 "reads on host 0 for every host).".format(input_pipeline_config_name(self.input_mode))
             )
-        if self.global_batch_size % self.num_replicas != 0 and self.input_mode != InputPipelineConfig.BROADCAST:
-            raise ValueError(
-                "{} batch size {} must be divisible by number of replicas {}".format(
-                    name, self.global_batch_size, self.num_replicas
-                )
-            )
+        if self.input_mode != InputPipelineConfig.BROADCAST:
+            check_divisible(self.global_batch_size, name + " batch size", self.num_replicas, "number of replicas")
 
     def input_fn_invocations(self) -> List[Tuple[str, int, int, int]]:
         """One `(device, invocation_index, total_invocations, replicas_consumed)` per `input_fn` call.

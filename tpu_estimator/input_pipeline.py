@@ -14,6 +14,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib
+from tpu_estimator.batch_size import check_divisible
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.tpu_config import InputPipelineConfig
 
@@ -269,12 +270,8 @@ def _split(tensor, num: int, axis: int, name: str):
             raise ValueError("SparseTensor input {} can only be split on axis 0, got batch_axis {}.".format(name, axis))
         return tf.sparse.split(sp_input=tensor, num_split=num, axis=0)
     size = tensor.shape[axis]
-    if size is not None and size % num != 0:
-        raise ValueError(
-            "The batch dimension {} of input {} (axis {}) must be divisible by the number of replicas {}.".format(
-                size, name, axis, num
-            )
-        )
+    if size is not None:
+        check_divisible(size, "the batch dimension of {} (axis {})".format(name, axis), num, "number of replicas")
     return tf.split(tensor, num, axis=axis)
 
 

@@ -1,5 +1,6 @@
 """`TPUEstimator`: dispatches each mode to upstream's CPU path or to the shards."""
 
+import dataclasses
 import enum
 import os
 import sys
@@ -47,11 +48,54 @@ class ExportSavedModelApiVersion(enum.Enum):
     V2 = 2
 
 
-class DeferredInput(object):
-    """What `_call_input_fn` returns on shards: `input_fn`, to be called per `TPUContext` inside `model_fn`."""
+@dataclasses.dataclass(frozen=True)
+class DeferredInput:
+    """What `_call_input_fn` returns on shards: `input_fn`, to be called per `TPUContext` inside `model_fn` (not a
+    tuple: the Estimator would take a tuple for `(features, labels)`).
 
-    def __init__(self, call: Callable[[Any], Any]):
-        self.call = call
+    Attributes:
+      call: calls `input_fn` with a `TPUContext`.
+      hooks_save_checkpoints: `train()` was given a `CheckpointSaverHook` (the training loop then brings no checkpoint
+        saver of its own).
+    """
+
+    call: Callable[[Any], Any]
+    hooks_save_checkpoints: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _TrainInputFn:
+    """`train()`'s `input_fn` with what its call tells the training loop, handed by the Estimator to
+    `_call_input_fn` unopened (the Estimator's only channel from `train()` to `model_fn` on both cores)."""
+
+    input_fn: Callable[..., Any]
+    hooks_save_checkpoints: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _ExportFeatures:
+    """A serving input receiver's features: the Estimator calls `model_fn` with them (not with `input_fn`'s) when it
+    exports, and `model_fn` then builds the serving graph."""
+
+    features: Any
+
+
+class _ExportReceiver(object):
+    """A serving input receiver whose `features` come as `_ExportFeatures`; otherwise the receiver itself."""
+
+    def __init__(self, receiver: Any):
+        self._receiver = receiver
+
+    @property
+    def features(self) -> _ExportFeatures:
+        return _ExportFeatures(self._receiver.features)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._receiver, name)
+
+
+def _marking_export_features(receiver_fn: Callable[[], Any]) -> Callable[[], _ExportReceiver]:
+    return lambda: _ExportReceiver(receiver_fn())
 
 
 class TPUEstimator(_estimator_lib.Estimator):
@@ -157,8 +201,6 @@ class TPUEstimator(_estimator_lib.Estimator):
         self._export_to_cpu = export_to_cpu
         self._export_saved_model_api_version = export_saved_model_api_version
         self._embedding_config_spec = embedding_config_spec
-        self._train_hooks_save_checkpoints = False  # train()'s hooks include a CheckpointSaverHook (set per call).
-        self._is_input_fn_invoked = None
         self._host_eval_root = None  # with one process per host, a non-chief host's evaluation summaries
         self._iterations_per_training_loop = parse_iterations_per_loop(config.tpu_config.iterations_per_loop)
         self._log_every_n_steps = config.log_step_count_steps
@@ -219,12 +261,12 @@ class TPUEstimator(_estimator_lib.Estimator):
             if cluster is not None and cluster.is_chief:
                 # With one process per host, the chief checks for every host (the hosts' own checks would race).
                 cluster_lib.check_model_dir(cluster, self._model_dir, self._config.session_config)
-            self._train_hooks_save_checkpoints = any(
-                isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks or ()
+            train_input_fn = _TrainInputFn(
+                input_fn, any(isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks or ())
             )
             hooks = list(hooks or []) + guarded.hooks
             with data_errors.named_in_first_line():
-                super(TPUEstimator, self).train(input_fn, hooks, steps, max_steps, guarded.saving_listeners)
+                super(TPUEstimator, self).train(train_input_fn, hooks, steps, max_steps, guarded.saving_listeners)
             if cluster is not None and cluster.process_per_host:
                 # The chief's train() returns after its last checkpoint: no host reads model_dir (evaluate, predict,
                 # the next train) before it is there.
@@ -316,6 +358,9 @@ class TPUEstimator(_estimator_lib.Estimator):
 
     def _call_input_fn(self, input_fn, mode, input_context=None):
         """Calls `input_fn` on the CPU path; on shards returns it deferred, to be called inside `model_fn`."""
+        hooks_save_checkpoints = False
+        if isinstance(input_fn, _TrainInputFn):
+            input_fn, hooks_save_checkpoints = input_fn.input_fn, input_fn.hooks_save_checkpoints
         input_fn_args = _estimator_lib.fn_args(input_fn)
         kwargs = {}
         if "params" not in input_fn_args:
@@ -330,7 +375,6 @@ class TPUEstimator(_estimator_lib.Estimator):
             kwargs["mode"] = mode
         if "input_context" in input_fn_args:
             kwargs["input_context"] = input_context
-        self._is_input_fn_invoked = True
         ctx = self._sharding_context(mode)
         if not ctx.is_running_on_shards and ctx.input_mode == InputPipelineConfig.SLICED:
             raise ValueError(
@@ -348,7 +392,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             call_kwargs["params"]["context"] = context
             return input_fn(**call_kwargs)
 
-        return DeferredInput(call)
+        return DeferredInput(call, hooks_save_checkpoints)
 
     def _validate_features_in_predict_input(self, result):
         # The input pipeline checks PREDICT inputs itself (a Dataset is required on shards).
@@ -383,8 +427,9 @@ class TPUEstimator(_estimator_lib.Estimator):
         """The Estimator-facing `model_fn`: CPU path, export path, or the sharded modes."""
 
         def _model_fn(features, labels, mode, config, params):
-            is_export_mode = not self._is_input_fn_invoked
-            self._is_input_fn_invoked = None
+            is_export_mode = isinstance(features, _ExportFeatures)
+            if is_export_mode:
+                features = features.features
             if mode == INFERENCE_ON_TPU_MODE:
                 wrap_in_rewrite = self._export_saved_model_api_version in (ExportSavedModelApiVersion.V1, 1)
                 settings = self._cpu_settings(model_fn, config, params)
@@ -412,7 +457,7 @@ class TPUEstimator(_estimator_lib.Estimator):
                 host_call_every_n_steps=self._config.tpu_config.experimental_host_call_every_n_steps,
                 progress=self._progress_settings(),
                 saves_checkpoints=bool(config.save_checkpoints_secs or config.save_checkpoints_steps)
-                and not self._train_hooks_save_checkpoints,
+                and not deferred_input.hooks_save_checkpoints,
             )
             return TrainLoop(settings, loop, ctx).build(deferred_input.call)
         if mode == ModeKeys.EVAL:
@@ -447,7 +492,9 @@ class TPUEstimator(_estimator_lib.Estimator):
         check_variables=True,
         strip_default_attrs=True,
     ):
-        """Adds the {serve} metagraph (export_to_cpu) and/or the {serve, tpu} one (export_to_tpu)."""
+        """Adds the {serve} metagraph (export_to_cpu) and/or the {serve, tpu} one (export_to_tpu); `model_fn` gets
+        the receiver's features as `_ExportFeatures`."""
+        input_receiver_fn_map = {m: _marking_export_features(fn) for m, fn in input_receiver_fn_map.items()}
         if self._export_to_tpu and mode != ModeKeys.PREDICT:
             raise NotImplementedError(
                 "TPUEstimator only handles mode PREDICT for exporting when `export_to_tpu` is `True`; got {}.".format(

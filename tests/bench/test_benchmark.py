@@ -54,3 +54,41 @@ def test_loopback_cluster_stops_its_workers():
         socket.create_connection((host, int(port)), timeout=5).close()
     with pytest.raises(OSError):
         socket.create_connection((host, int(port)), timeout=5).close()
+
+
+def test_both_reports_say_a_lines_share_of_the_machine_alike():
+    line = {
+        "line": "ours_2shards",
+        "rows": 100000,
+        "iterations_per_loop": 5,
+        "examples_per_sec": 2000.0,
+        "examples_per_sec_runs": [2000.0],
+        "steps_per_sec": 2.0,
+        "peak_rss_bytes": 2e9,
+        "table_and_slot_bytes": 1e9,
+    }
+    machine = {
+        "line": "ours_2shards",
+        "rows": 100000,
+        "iterations_per_loop": 5,
+        "row_accesses_per_sec": 2.5e6,
+        "fraction_of_gather_rate": 0.25,
+        "fraction_of_copy_bandwidth": 0.125,
+    }
+    result = {
+        "workload": {"name": "w", "description": "d"},
+        "lines": [line],
+        "ratios": [{"rows": 100000, "line": "ours_2shards", "iterations_per_loop": 5, "ours_over_upstream": 1.5}],
+        "machine_fraction": [machine],
+        "notes": [],
+    }
+    said = (
+        "ours_2shards rows=100,000 ipl=5: 2.5M random row accesses/s = 25% of the NumPy gather rate, 12% of the "
+        "copy bandwidth"
+    )
+    report = benchmark.format_report(result).splitlines()
+    assert report[-1] == "  " + said
+    assert "1.50x" in report[-2]
+    tables = benchmark.markdown_tables({"workloads": {"w": result}}).splitlines()
+    assert "- " + said in tables
+    assert any(row.startswith("| ours_2shards | 100,000 | 5 |") and "| 1.50x |" in row for row in tables)

@@ -20,8 +20,10 @@ def test_setup_programs_are_checked_when_loaded(tmp_path):
         sb.load_setup_program(str(bad))
     with pytest.raises(ValueError, match=r"heads \(5\) must divide hidden \(32\)"):
         sb.SetupProgram(name="x", hidden=32, heads=5)
-    with pytest.raises(ValueError, match=r"batch_size 6 must be divisible by each of shards \[1, 4\]"):
+    with pytest.raises(ValueError, match=r"program x: batch_size 6 must be divisible by shards 4"):
         sb.SetupProgram(name="x", batch_size=6, shards=[1, 4])
+    with pytest.raises(ValueError, match=r"program x: shards \[1, 0\] must all be positive"):
+        sb.SetupProgram(name="x", batch_size=6, shards=[1, 0])
 
 
 def test_lines_run_in_turn_and_ratios_are_taken_per_round(monkeypatch):

@@ -61,7 +61,7 @@ def test_config_errors_name_the_key_path(capsys):
     assert run_in_process("train", f"--config={TINY}", "--set=model.bottom_mlpp=[4]") == 2
     assert "model.bottom_mlpp: unknown key" in capsys.readouterr().err
     assert run_in_process("train", f"--config={TINY}", "--set=train.batch_size=33") == 2
-    assert "train.batch_size: 33 is not divisible by tpu.num_shards (2)" in capsys.readouterr().err
+    assert "train.batch_size: 33 must be divisible by tpu.num_shards 2" in capsys.readouterr().err
     assert run_in_process("train", f"--config={TINY}") == 2  # no model_dir
     assert "model_dir: not set" in capsys.readouterr().err
     assert run_in_process("fly", f"--config={TINY}") == 2

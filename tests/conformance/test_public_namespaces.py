@@ -31,13 +31,18 @@ print("MISSING", sorted(missing))
 """
 
 
-def _missing_attributes(package):
+def _fresh_python(code: str, *args: str) -> str:
+    """What `python -c code args` prints in a fresh interpreter on this checkout; asserts it exits 0."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run(
-        [sys.executable, "-c", _PROBE, package], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    line = [line for line in result.stdout.splitlines() if line.startswith("MISSING")][-1]
+    return result.stdout
+
+
+def _missing_attributes(package):
+    line = [line for line in _fresh_python(_PROBE, package).splitlines() if line.startswith("MISSING")][-1]
     return line[len("MISSING ") :]
 
 
@@ -57,13 +62,8 @@ def test_experimental_embedding_config_spec_through_the_package_attribute():
         "    optimization_parameters=te.experimental.AdagradParameters(0.1))\n"
         "print(sorted(spec.table_to_config_dict), spec.partition_strategy, 'tpu_estimator.app' in __import__('sys').modules)\n"
     )
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
     # The product (`app`) is not imported by `import tpu_estimator`: it loads on first access only.
-    assert result.stdout.strip().splitlines()[-1] == "['t'] div False"
+    assert _fresh_python(code).strip().splitlines()[-1] == "['t'] div False"
 
 
 def test_core_reads_the_rewrite_module_whatever_the_import_order():
@@ -80,9 +80,4 @@ def test_core_reads_the_rewrite_module_whatever_the_import_order():
         "print(isinstance(sys.modules['tpu_estimator.rewrite'], types.ModuleType), callable(cpu_path.rewrite), "
         "callable(te.rewrite))\n"
     )
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip().splitlines()[-1] == "True True True"
+    assert _fresh_python(code).strip().splitlines()[-1] == "True True True"

@@ -326,31 +326,29 @@ def check_pip(words: List[str]) -> None:
     assert words[1:] == ["install", "-e", "."] and (REPO / "setup.cfg").is_file(), words
 
 
+# The check of each program a documented command runs, by the program's name.
+COMMAND_CHECKS = {
+    "make": check_make,
+    "tpu-estimator": check_tpu_estimator,
+    "tpu-estimator-run": lambda words: check_launcher(words, 0),
+    "python": check_python,
+    "python3": check_python,
+    "tensorboard": check_tensorboard,
+    "source": check_source,
+    "rm": check_rm,
+    "pip": check_pip,
+    "tpu-estimator-server": check_server,
+    "tpu-estimator-hosts": check_hosts,
+}
+
+
 @pytest.mark.parametrize("item", SHELL_COMMANDS, ids=command_id)
 def test_shell_commands_and_flags_exist(item):
     _, words = item
     program = os.path.basename(words[0])
-    if program == "make":
-        check_make(words)
-    elif program == "tpu-estimator":
-        check_tpu_estimator(words)
-    elif program == "tpu-estimator-run":
-        check_launcher(words, 0)
-    elif program in ("python", "python3"):
-        check_python(words)
-    elif program == "tensorboard":
-        check_tensorboard(words)
-    elif program == "source":
-        check_source(words)
-    elif program == "rm":
-        check_rm(words)
-    elif program == "pip":
-        check_pip(words)
-    elif program == "tpu-estimator-server":
-        check_server(words)
-    elif program == "tpu-estimator-hosts":
-        check_hosts(words)
-    else:
+    check = COMMAND_CHECKS.get(program)
+    if check is None:
         pytest.fail(f"{words[0]}: a command tests/docs/test_readme.py does not check; add a check for it")
+    check(words)
     if words[0].startswith(".venv/bin/"):
         check_source(["source", ".venv/bin/activate"])  # the same environment

@@ -20,24 +20,41 @@ BATCH = 4
 TABLES = 6
 
 
-def _train_graph_counts(num_tables: int, optimizer) -> tuple:
-    """(nodes, control inputs) of a graph holding one engine TRAIN step over `num_tables` tables."""
+def _counts(graph: tf.Graph, since: int = 0) -> tuple:
+    """(nodes added after the first `since`, control inputs) of `graph`."""
+    graph_def = graph.as_graph_def()
+    control = sum(1 for node in graph_def.node for name in node.input if name.startswith("^"))
+    return len(graph_def.node) - since, control
+
+
+def _train_step_counts(num_tables: int, vocab: int, optimizer, num_shards: int, devices: list) -> tuple:
+    """(nodes, control inputs) of a graph holding one engine TRAIN step over `num_tables` tables of `vocab` rows."""
     graph = tf.Graph()
     with graph.as_default():
         feature_config = {
-            f"f{i:02d}": config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i:02d}")) for i in range(num_tables)
+            f"f{i:02d}": config.FeatureConfig(config.TableConfig(vocab, 4, name=f"t{i:02d}")) for i in range(num_tables)
         }
-        engine = EmbeddingEngine(feature_config, optimizer, num_shards=2, devices=["/cpu:0", "/cpu:0"])
-        ids = np.arange(BATCH * 3, dtype=np.int64).reshape(BATCH, 3) % 50
+        engine = EmbeddingEngine(feature_config, optimizer, num_shards=num_shards, devices=devices)
+        ids = np.arange(BATCH * 3, dtype=np.int64).reshape(BATCH, 3) % vocab
         features = {key: tf.ragged.constant(ids.tolist(), dtype=tf.int64) for key in feature_config}
         batches = engine.preprocess(features)
         activations = engine.activations(batches)
         loss = tf.add_n([tf.reduce_sum(tf.square(a)) for a in tf.nest.flatten(activations)])
         grads = tf.gradients(loss, tf.nest.flatten(activations))
         engine.apply_gradients(batches, tf.nest.pack_sequence_as(activations, grads))
-    graph_def = graph.as_graph_def()
-    control = sum(1 for node in graph_def.node for name in node.input if name.startswith("^"))
-    return len(graph_def.node), control
+    return _counts(graph)
+
+
+def _train_graph_counts(num_tables: int, optimizer) -> tuple:
+    """(nodes, control inputs) of one engine TRAIN step over `num_tables` tables on 2 shards."""
+    return _train_step_counts(num_tables, 50, optimizer, 2, ["/cpu:0", "/cpu:0"])
+
+
+def _engine_and_ids(num_tables: int, optimizer) -> tuple:
+    """An engine over `num_tables` tables `t0`, `t1`, ... (50 x 4, 2 shards) and ids 1, 7, 30 of each table."""
+    feature_config = [config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i}")) for i in range(num_tables)]
+    engine = EmbeddingEngine(feature_config, optimizer, num_shards=2)
+    return engine, {f"t{i}": tf.constant([1, 7, 30], tf.int64) for i in range(num_tables)}
 
 
 def _assert_linear(optimizer) -> None:
@@ -64,15 +81,11 @@ def test_apply_table_gradients_graph_is_linear_in_tables():
     def counts(num_tables):
         graph = tf.Graph()
         with graph.as_default():
-            feature_config = [config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i}")) for i in range(num_tables)]
-            engine = EmbeddingEngine(feature_config, optimizers.Adagrad(0.1), num_shards=2)
-            ids = {f"t{i}": tf.constant([1, 7, 30], tf.int64) for i in range(num_tables)}
+            engine, ids = _engine_and_ids(num_tables, optimizers.Adagrad(0.1))
             grads = {name: tf.ones([3, 4]) for name in ids}
             before = len(graph.as_graph_def().node)
             engine.apply_table_gradients(ids, grads)
-        graph_def = graph.as_graph_def()
-        control = sum(1 for node in graph_def.node for name in node.input if name.startswith("^"))
-        return len(graph_def.node) - before, control
+        return _counts(graph, since=before)
 
     (n1, c1), (n2, c2) = counts(TABLES), counts(2 * TABLES)
     assert c2 <= 2.2 * c1, (c1, c2)
@@ -82,9 +95,7 @@ def test_apply_table_gradients_graph_is_linear_in_tables():
 def test_one_gate_still_holds_every_table_until_every_check_passed():
     """apply_table_gradients in a graph: a NaN gradient of the LAST table leaves the first ones unchanged."""
     with tf.Graph().as_default():
-        feature_config = [config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i}")) for i in range(3)]
-        engine = EmbeddingEngine(feature_config, optimizers.SGD(0.5), num_shards=2)
-        ids = {f"t{i}": tf.constant([1, 7, 30], tf.int64) for i in range(3)}
+        engine, ids = _engine_and_ids(3, optimizers.SGD(0.5))
         poison = tf.compat.v1.placeholder_with_default(1.0, [])
         grads = {"t0": tf.ones([3, 4]), "t1": tf.ones([3, 4]), "t2": tf.ones([3, 4]) * poison}
         update = engine.apply_table_gradients(ids, grads)
@@ -104,22 +115,7 @@ def test_one_gate_still_holds_every_table_until_every_check_passed():
 
 def _shard_counts(num_shards: int) -> tuple:
     """(nodes, control inputs) of an engine TRAIN step over TABLES tables on `num_shards` shards."""
-    graph = tf.Graph()
-    with graph.as_default():
-        feature_config = {
-            f"f{i:02d}": config.FeatureConfig(config.TableConfig(64, 4, name=f"t{i:02d}")) for i in range(TABLES)
-        }
-        engine = EmbeddingEngine(feature_config, optimizers.Adagrad(0.1), num_shards=num_shards, devices=["/cpu:0"])
-        ids = np.arange(BATCH * 3, dtype=np.int64).reshape(BATCH, 3) % 64
-        features = {key: tf.ragged.constant(ids.tolist(), dtype=tf.int64) for key in feature_config}
-        batches = engine.preprocess(features)
-        activations = engine.activations(batches)
-        loss = tf.add_n([tf.reduce_sum(tf.square(a)) for a in tf.nest.flatten(activations)])
-        grads = tf.gradients(loss, tf.nest.flatten(activations))
-        engine.apply_gradients(batches, tf.nest.pack_sequence_as(activations, grads))
-    graph_def = graph.as_graph_def()
-    control = sum(1 for node in graph_def.node for name in node.input if name.startswith("^"))
-    return len(graph_def.node), control
+    return _train_step_counts(TABLES, 64, optimizers.Adagrad(0.1), num_shards, ["/cpu:0"])
 
 
 def test_train_graph_is_linear_in_shards():
@@ -165,9 +161,7 @@ def test_one_finiteness_conditional_and_one_id_assert_for_all_tables():
 def test_the_first_non_finite_table_in_order_is_reported():
     """With the checks in one conditional, the error names the first non-finite table in table order."""
     with tf.Graph().as_default():
-        feature_config = [config.FeatureConfig(config.TableConfig(50, 4, name=f"t{i}")) for i in range(3)]
-        engine = EmbeddingEngine(feature_config, optimizers.SGD(0.5), num_shards=2)
-        ids = {f"t{i}": tf.constant([1, 7, 30], tf.int64) for i in range(3)}
+        engine, ids = _engine_and_ids(3, optimizers.SGD(0.5))
         nan = tf.compat.v1.placeholder_with_default(1.0, [])
         inf = tf.compat.v1.placeholder_with_default(1.0, [])
         grads = {"t0": tf.ones([3, 4]), "t1": tf.ones([3, 4]) * nan, "t2": tf.ones([3, 4]) * inf}

@@ -468,63 +468,43 @@ def _fields(opt):
 def test_to_optimizer_on_upstream_mid_level_objects():
     lr_fn = lambda: 0.5  # noqa: E731
     slot_fn = lambda table, names, inits: {}  # noqa: E731
+    # Each mid-level optimizer built by upstream and by us from the same arguments.
+    arguments = [
+        (
+            "SGD",
+            (0.2,),
+            dict(
+                clipvalue=(None, 1.0),
+                weight_decay_factor=0.1,
+                multiply_weight_decay_factor_by_learning_rate=True,
+                clip_weight_min=-2.0,
+            ),
+        ),
+        ("Adagrad", (lr_fn,), dict(initial_accumulator_value=0.4, slot_variable_creation_fn=slot_fn, clipvalue=2.0)),
+        (
+            "AdagradMomentum",
+            (0.1,),
+            dict(momentum=0.7, use_nesterov=True, exponent=3, beta2=0.9, epsilon=1e-4, clip_weight_max=3.0),
+        ),
+        ("Adam", (0.1,), dict(beta_1=0.8, beta_2=0.95, epsilon=1e-5, lazy_adam=False, sum_inside_sqrt=False)),
+        (
+            "FTRL",
+            (0.1,),
+            dict(
+                learning_rate_power=-0.2,
+                l1_regularization_strength=0.1,
+                l2_regularization_strength=0.2,
+                beta=0.3,
+                initial_accumulator_value=0.4,
+                multiply_linear_by_learning_rate=True,
+                allow_zero_accumulator=True,
+                low_dimensional_packing_status=True,
+            ),
+        ),
+    ]
     pairs = [
-        (
-            UPSTREAM.SGD(
-                0.2,
-                clipvalue=(None, 1.0),
-                weight_decay_factor=0.1,
-                multiply_weight_decay_factor_by_learning_rate=True,
-                clip_weight_min=-2.0,
-            ),
-            embedding.SGD(
-                0.2,
-                clipvalue=(None, 1.0),
-                weight_decay_factor=0.1,
-                multiply_weight_decay_factor_by_learning_rate=True,
-                clip_weight_min=-2.0,
-            ),
-        ),
-        (
-            UPSTREAM.Adagrad(lr_fn, initial_accumulator_value=0.4, slot_variable_creation_fn=slot_fn, clipvalue=2.0),
-            embedding.Adagrad(lr_fn, initial_accumulator_value=0.4, slot_variable_creation_fn=slot_fn, clipvalue=2.0),
-        ),
-        (
-            UPSTREAM.AdagradMomentum(
-                0.1, momentum=0.7, use_nesterov=True, exponent=3, beta2=0.9, epsilon=1e-4, clip_weight_max=3.0
-            ),
-            embedding.AdagradMomentum(
-                0.1, momentum=0.7, use_nesterov=True, exponent=3, beta2=0.9, epsilon=1e-4, clip_weight_max=3.0
-            ),
-        ),
-        (
-            UPSTREAM.Adam(0.1, beta_1=0.8, beta_2=0.95, epsilon=1e-5, lazy_adam=False, sum_inside_sqrt=False),
-            embedding.Adam(0.1, beta_1=0.8, beta_2=0.95, epsilon=1e-5, lazy_adam=False, sum_inside_sqrt=False),
-        ),
-        (
-            UPSTREAM.FTRL(
-                0.1,
-                learning_rate_power=-0.2,
-                l1_regularization_strength=0.1,
-                l2_regularization_strength=0.2,
-                beta=0.3,
-                initial_accumulator_value=0.4,
-                multiply_linear_by_learning_rate=True,
-                allow_zero_accumulator=True,
-                low_dimensional_packing_status=True,
-            ),
-            embedding.FTRL(
-                0.1,
-                learning_rate_power=-0.2,
-                l1_regularization_strength=0.1,
-                l2_regularization_strength=0.2,
-                beta=0.3,
-                initial_accumulator_value=0.4,
-                multiply_linear_by_learning_rate=True,
-                allow_zero_accumulator=True,
-                low_dimensional_packing_status=True,
-            ),
-        ),
+        (getattr(UPSTREAM, name)(*args, **kwargs), getattr(embedding, name)(*args, **kwargs))
+        for name, args, kwargs in arguments
     ]
     for upstream_obj, expected in pairs:
         converted = embedding.to_optimizer(upstream_obj)

@@ -32,19 +32,15 @@ def test_use_tpu_false_matches_upstream(tmp_path):
     ours_fn, ours_record = _model_fn_for(te.TPUEstimatorSpec, te.CrossShardOptimizer)
     # Upstream's CrossShardOptimizer has no CPU kernel: upstream programs wrap only when params["use_tpu"].
     theirs_fn, theirs_record = _model_fn_for(upstream.TPUEstimatorSpec, lambda opt: opt)
-    ours = te.TPUEstimator(
-        model_fn=ours_fn,
-        config=te.RunConfig(model_dir=str(tmp_path / "ours")),
-        use_tpu=False,
-        train_batch_size=32,
-        eval_batch_size=32,
-    )
-    theirs = upstream.TPUEstimator(
-        model_fn=theirs_fn,
-        config=upstream.RunConfig(model_dir=str(tmp_path / "theirs")),
-        use_tpu=False,
-        train_batch_size=32,
-        eval_batch_size=32,
+    ours, theirs = (
+        lib.TPUEstimator(
+            model_fn=model_fn,
+            config=lib.RunConfig(model_dir=str(tmp_path / name)),
+            use_tpu=False,
+            train_batch_size=32,
+            eval_batch_size=32,
+        )
+        for lib, model_fn, name in ((te, ours_fn, "ours"), (upstream, theirs_fn, "theirs"))
     )
     for estimator in (ours, theirs):
         estimator.train(models.dataset_input_fn, max_steps=7)

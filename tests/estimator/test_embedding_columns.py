@@ -146,6 +146,17 @@ def test_checkpoints_are_interchangeable_with_upstream(trained):
         np.testing.assert_allclose(metrics["mean_logit"], ours_metrics["mean_logit"], rtol=1e-4, atol=1e-6)
 
 
+def serving_input_fn():
+    """The column model's serving input: one placeholder per feature, served as received."""
+    features = {
+        "a": tf.compat.v1.placeholder(tf.int64, [None]),
+        "b": tf.compat.v1.placeholder(tf.int64, [None]),
+        "c": tf.compat.v1.placeholder(tf.int64, [None, 2]),
+        "x": tf.compat.v1.placeholder(tf.float32, [None, 2]),
+    }
+    return tf_estimator.export.ServingInputReceiver(features, features)
+
+
 def test_export_serves_what_predict_predicts(trained_ours, tmp_path):
     base, _ = trained_ours
     estimator = ours(base / "ours")
@@ -159,15 +170,6 @@ def test_export_serves_what_predict_predicts(trained_ours, tmp_path):
         ]
     )
     assert predicted.shape == (10,)
-
-    def serving_input_fn():
-        features = {
-            "a": tf.compat.v1.placeholder(tf.int64, [None]),
-            "b": tf.compat.v1.placeholder(tf.int64, [None]),
-            "c": tf.compat.v1.placeholder(tf.int64, [None, 2]),
-            "x": tf.compat.v1.placeholder(tf.float32, [None, 2]),
-        }
-        return tf_estimator.export.ServingInputReceiver(features, features)
 
     export_dir = estimator.export_saved_model(str(tmp_path), serving_input_fn).decode()
     served = (

@@ -42,17 +42,25 @@ def model_fn(features, labels, mode, params):
     return te.TPUEstimatorSpec(mode, loss=loss, train_op=opt.minimize(loss, tf.compat.v1.train.get_global_step()))
 
 
-def make_spec(parameters, partition_strategy="div", **kwargs):
-    return tex.EmbeddingConfigSpec(
+def table_and_feature_configs(configs=tex) -> dict:
+    """The model's v1 tables (t1: 10 x 4, t2: 7 x 4, initialised from INIT) and features (a, c: t1; b: t2), made
+    with the `TableConfig`/`FeatureConfig` classes of `configs` (ours, or the oracle's)."""
+    return dict(
         table_to_config_dict={
-            "t1": tex.TableConfig(10, 4, initializer=tf.compat.v1.constant_initializer(INIT["t1"])),
-            "t2": tex.TableConfig(7, 4, initializer=tf.compat.v1.constant_initializer(INIT["t2"])),
+            "t1": configs.TableConfig(10, 4, initializer=tf.compat.v1.constant_initializer(INIT["t1"])),
+            "t2": configs.TableConfig(7, 4, initializer=tf.compat.v1.constant_initializer(INIT["t2"])),
         },
         feature_to_config_dict={
-            "a": tex.FeatureConfig("t1"),
-            "b": tex.FeatureConfig("t2"),
-            "c": tex.FeatureConfig("t1"),
+            "a": configs.FeatureConfig("t1"),
+            "b": configs.FeatureConfig("t2"),
+            "c": configs.FeatureConfig("t1"),
         },
+    )
+
+
+def make_spec(parameters, partition_strategy="div", **kwargs):
+    return tex.EmbeddingConfigSpec(
+        **table_and_feature_configs(),
         optimization_parameters=parameters,
         partition_strategy=partition_strategy,
         **kwargs,
@@ -398,15 +406,7 @@ def test_upstream_v1_configs_and_parameters_are_accepted(tmp_path):
     from tensorflow.python.tpu import tpu_embedding as upstream  # the oracle's own config classes
 
     spec = tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec(
-        table_to_config_dict={
-            "t1": upstream.TableConfig(10, 4, initializer=tf.compat.v1.constant_initializer(INIT["t1"])),
-            "t2": upstream.TableConfig(7, 4, initializer=tf.compat.v1.constant_initializer(INIT["t2"])),
-        },
-        feature_to_config_dict={
-            "a": upstream.FeatureConfig("t1"),
-            "b": upstream.FeatureConfig("t2"),
-            "c": upstream.FeatureConfig("t1"),
-        },
+        **table_and_feature_configs(upstream),
         optimization_parameters=tf.compat.v1.tpu.experimental.AdagradParameters(0.3, initial_accumulator=0.1),
     )
     ours = tex.EmbeddingConfigSpec(

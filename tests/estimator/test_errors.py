@@ -53,6 +53,19 @@ def test_batch_not_divisible_by_replicas(tmp_path):
         estimator.evaluate(models.dataset_input_fn, steps=1)
 
 
+def test_input_batch_not_divisible_by_replicas_names_the_input(tmp_path):
+    # PER_HOST_V1 splits the host's batch over its replicas: an input_fn that ignores params["batch_size"] (8) and
+    # returns batches of 6 for 4 replicas is refused before training, naming the input and its axis.
+    estimator = te.TPUEstimator(
+        model_fn=models.make_model_fn(), config=_config(tmp_path, num_shards=4), train_batch_size=8
+    )
+    with pytest.raises(
+        ValueError, match=r"the batch dimension of input 0 \(axis 0\) 6 must be divisible by number of replicas 4"
+    ):
+        estimator.train(lambda params: models.dataset_input_fn(dict(params, batch_size=6)), max_steps=1)
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None
+
+
 def test_eval_batch_size_required_on_shards(tmp_path):
     estimator = te.TPUEstimator(model_fn=models.make_model_fn(), config=_config(tmp_path), train_batch_size=8)
     estimator.train(models.dataset_input_fn, max_steps=1)
@@ -175,13 +188,18 @@ def test_input_error_mid_training_surfaces_promptly(tmp_path):
         dataset = models.dataset_input_fn(params).enumerate().map(poison)
         return dataset.map(lambda x, y: (tf.debugging.check_numerics(x, "bad input row"), y))
 
+    _assert_training_fails_within_30s(tmp_path, input_fn, "bad input row")
+
+
+def _assert_training_fails_within_30s(tmp_path, input_fn, message: str) -> None:
+    """Training on 2 shards (2 steps a loop) from `input_fn` raises its InvalidArgumentError `message` within 30 s."""
     estimator = te.TPUEstimator(
         model_fn=models.make_model_fn(),
         config=_config(tmp_path, num_shards=2, iterations_per_loop=2),
         train_batch_size=8,
     )
     start = time.time()
-    with pytest.raises(tf.errors.InvalidArgumentError, match="bad input row"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         estimator.train(input_fn, max_steps=10)
     assert time.time() - start < 30
 
@@ -195,12 +213,4 @@ def test_infeed_thread_error_surfaces_promptly(tmp_path):
         del counter
         return x, y
 
-    estimator = te.TPUEstimator(
-        model_fn=models.make_model_fn(),
-        config=_config(tmp_path, num_shards=2, iterations_per_loop=2),
-        train_batch_size=8,
-    )
-    start = time.time()
-    with pytest.raises(tf.errors.InvalidArgumentError, match="bad row from the infeed thread"):
-        estimator.train(input_fn, max_steps=10)
-    assert time.time() - start < 30
+    _assert_training_fails_within_30s(tmp_path, input_fn, "bad row from the infeed thread")

@@ -15,16 +15,8 @@ WRAPPERS = {
     "embedding/_tf_internal.py",
 }
 ESTIMATOR_LIB = "tpu_estimator/_estimator_lib.py"  # upstream's or our Estimator core, chosen once
-# Files whose internals are not behind a `_tf_internal.py` yet, each being changed by another engineer right now:
-PENDING = {
-    # compat/ reaches TensorFlow's module wrappers (`_tfmw_*`, LazyLoader `_load`) and summary ops; its move behind
-    # tpu_estimator/_tf_internal.py is pending.
-    "tpu_estimator/compat/namespaces.py",
-    "tpu_estimator/compat/patching.py",
-    # The checkpoint internals of the shard variables (`tensorflow.python` saveables, trackables, proto functions);
-    # their move into embedding/_tf_internal.py is pending.
-    "embedding/checkpointing.py",
-}
+# Files whose internals are not behind a `_tf_internal.py` yet (none: every module's are).
+PENDING: Set[str] = set()
 # Private members read on an object that is not a TensorFlow object, per file: `(attribute, why it is allowed)`.
 # Attributes through `self`, `cls` and `super()` are the class's own, checked apart (TF_SUBCLASS_STATE).
 NOT_TENSORFLOW = {
@@ -207,7 +199,7 @@ def test_private_member_checks_find_offenders():
 
 # Values (settings, specs, configs, protocols) and the bottom modules they may build on; stages are everything else.
 VALUE_MODULES = {"spec", "host_call_spec", "tpu_config", "context", "embedding_spec", "replica_context"}
-BOTTOM_MODULES = {"_estimator_lib", "_tf_internal", "_keras2", "devices", "cluster"}
+BOTTOM_MODULES = {"_estimator_lib", "_tf_internal", "_keras2", "batch_size", "devices", "cluster"}
 
 
 def test_value_modules_import_no_stage():
@@ -260,7 +252,7 @@ def _tensorflow_state_writes(tree: ast.AST) -> Iterator[str]:
 
 def test_tensorflow_state_is_changed_only_in_tf_internal():
     """Process-wide patches of TensorFlow's modules live in a `_tf_internal.py`, as context managers (compat's
-    install/uninstall pending, see PENDING)."""
+    install/uninstall patch the namespaces they resolve, by design: docs/ARCHITECTURE.md)."""
     writes = {}
     for path in _checked_modules():
         found = sorted(set(_tensorflow_state_writes(ast.parse(path.read_text(encoding="utf-8")))))

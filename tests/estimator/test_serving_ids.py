@@ -9,7 +9,6 @@ import tensorflow as tf
 
 from tests.estimator import test_embedding_columns as columns
 from tests.estimator import test_embedding_estimator as dicts
-from tpu_estimator import estimator as te_estimator
 from tpu_estimator import experimental as tex
 
 ID_ERROR = r"Feature '(\w+)' \(table '(\w+)'\): ids must be in \[0, (\d+)\) \(vocabulary_size\)"
@@ -41,16 +40,7 @@ def column_model(tmp_path_factory):
     estimator = columns.ours(base / "model")
     estimator.train(columns.input_fn, max_steps=2)
 
-    def serving_input_fn():
-        features = {
-            "a": tf.compat.v1.placeholder(tf.int64, [None]),
-            "b": tf.compat.v1.placeholder(tf.int64, [None]),
-            "c": tf.compat.v1.placeholder(tf.int64, [None, 2]),
-            "x": tf.compat.v1.placeholder(tf.float32, [None, 2]),
-        }
-        return te_estimator.export.ServingInputReceiver(features, features)
-
-    export_dir = estimator.export_saved_model(str(base / "export"), serving_input_fn).decode()
+    export_dir = estimator.export_saved_model(str(base / "export"), columns.serving_input_fn).decode()
     signature = tf.saved_model.load(export_dir, tags=["serve"]).signatures["serving_default"]
     return estimator, signature
 

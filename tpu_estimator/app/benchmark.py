@@ -573,6 +573,35 @@ def _machine_fraction(w: Workload, lines: List[Dict[str, Any]], machine: Dict[st
     return out
 
 
+def _machine_fraction_line(m: Dict[str, Any]) -> str:
+    """One line's share of the machine (an entry of `machine_fraction`), as both reports say it."""
+    return (
+        "{} rows={:,} ipl={}: {:.1f}M random row accesses/s = {:.0%} of the NumPy gather rate, {:.0%} of the copy "
+        "bandwidth".format(
+            m["line"],
+            m["rows"],
+            m["iterations_per_loop"],
+            m["row_accesses_per_sec"] / 1e6,
+            m["fraction_of_gather_rate"],
+            m["fraction_of_copy_bandwidth"],
+        )
+    )
+
+
+def _ratio_texts(result: Dict[str, Any]) -> Dict[tuple, str]:
+    """`{(rows, line, iterations_per_loop): "1.50x"}`: one workload's ours / upstream ratios as the reports say them
+    (a line without one: "-", see `_ratio_text`)."""
+    return {
+        (r["rows"], r["line"], r["iterations_per_loop"]): "{:.2f}x".format(r["ours_over_upstream"])
+        for r in result["ratios"]
+        if r["ours_over_upstream"] is not None
+    }
+
+
+def _ratio_text(ratios: Dict[tuple, str], line: Dict[str, Any]) -> str:
+    return ratios.get((line["rows"], line["line"], line["iterations_per_loop"]), "-")
+
+
 def format_report(result: Dict[str, Any]) -> str:
     """A plain-text table of one workload's result."""
     w = result["workload"]
@@ -582,7 +611,7 @@ def format_report(result: Dict[str, Any]) -> str:
             "line", "rows", "ipl", "examples/sec", "ratio", "peak RSS GB", "x tables"
         ),
     ]
-    ratio = {(r["rows"], r["line"], r["iterations_per_loop"]): r["ours_over_upstream"] for r in result["ratios"]}
+    ratios = _ratio_texts(result)
     for l in result["lines"]:
         if "error" in l:
             rows_out.append(
@@ -591,30 +620,19 @@ def format_report(result: Dict[str, Any]) -> str:
                 )
             )
             continue
-        r = ratio.get((l["rows"], l["line"], l["iterations_per_loop"]))
         rows_out.append(
             "{:<18} {:>10} {:>5} {:>14.0f} {:>8} {:>12.2f} {:>9.2f}".format(
                 l["line"],
                 l["rows"],
                 l["iterations_per_loop"],
                 l["examples_per_sec"],
-                "{:.2f}x".format(r) if r is not None else "-",
+                _ratio_text(ratios, l),
                 l["peak_rss_bytes"] / 1e9,
                 l["peak_rss_bytes"] / l["table_and_slot_bytes"],
             )
         )
     for m in result.get("machine_fraction", []):
-        rows_out.append(
-            "  {} rows={} ipl={}: {:.1f}M random row accesses/s = {:.0%} of NumPy gather rate, "
-            "{:.0%} of copy bandwidth".format(
-                m["line"],
-                m["rows"],
-                m["iterations_per_loop"],
-                m["row_accesses_per_sec"] / 1e6,
-                m["fraction_of_gather_rate"],
-                m["fraction_of_copy_bandwidth"],
-            )
-        )
+        rows_out.append("  " + _machine_fraction_line(m))
     for note in result.get("notes", []):
         rows_out.append("  note: " + note)
     return "\n".join(rows_out)
@@ -675,7 +693,7 @@ def markdown_tables(results: Dict[str, Any]) -> str:
             "peak / table+slot bytes | CPU use |"
         )
         out.append("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
-        ratio = {(r["rows"], r["line"], r["iterations_per_loop"]): r["ours_over_upstream"] for r in result["ratios"]}
+        ratios = _ratio_texts(result)
         for l in result["lines"]:
             if "examples_per_sec" not in l:
                 out.append(
@@ -684,7 +702,6 @@ def markdown_tables(results: Dict[str, Any]) -> str:
                     )
                 )
                 continue
-            r = ratio.get((l["rows"], l["line"], l["iterations_per_loop"]))
             out.append(
                 "| {} | {:,} | {} | {:,.0f} | {} | {} | {:.1f} | {:.2f} | {:.2f} | {:.0%} |".format(
                     l["line"],
@@ -692,7 +709,7 @@ def markdown_tables(results: Dict[str, Any]) -> str:
                     l["iterations_per_loop"],
                     l["examples_per_sec"],
                     " / ".join("{:,.0f}".format(x) for x in l["examples_per_sec_runs"]),
-                    "{:.2f}x".format(r) if r is not None else "-",
+                    _ratio_text(ratios, l),
                     l["steps_per_sec"],
                     l["peak_rss_bytes"] / 1e9,
                     l["peak_rss_bytes"] / l["table_and_slot_bytes"],
@@ -703,17 +720,7 @@ def markdown_tables(results: Dict[str, Any]) -> str:
             if m["line"] == "upstream":
                 continue
             out.append("")
-            out.append(
-                "- {} rows={:,} ipl={}: {:.1f}M random row accesses/s = {:.0%} of the NumPy gather rate, {:.0%} "
-                "of the copy bandwidth".format(
-                    m["line"],
-                    m["rows"],
-                    m["iterations_per_loop"],
-                    m["row_accesses_per_sec"] / 1e6,
-                    m["fraction_of_gather_rate"],
-                    m["fraction_of_copy_bandwidth"],
-                )
-            )
+            out.append("- " + _machine_fraction_line(m))
         for note in result.get("notes", []):
             out.append("- note: " + note)
         out.append("")

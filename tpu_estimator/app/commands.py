@@ -25,6 +25,7 @@ from tpu_estimator.app import config_file, models, run_config_file
 from tpu_estimator.app import predict as cli_predict
 from tpu_estimator.app import progress as cli_progress
 from tpu_estimator.app.errors import CliError
+from tpu_estimator.estimator_core import checkpoint_step
 from tpu_estimator.eval_loop import EvaluationInputEndedError
 from tpu_estimator.model_dir_lock import ModelDirLockedError
 from tpu_estimator.train_guard import EmptyTrainingInputError
@@ -113,9 +114,7 @@ def latest_checkpoint(model_dir: str, for_training: bool = False) -> Optional[st
 def global_step_of(model_dir: str, for_training: bool = False) -> Optional[int]:
     """The global step of the latest checkpoint in `model_dir` (None without one)."""
     path = latest_checkpoint(model_dir, for_training)
-    if not path:
-        return None
-    return int(tf.train.load_variable(path, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+    return checkpoint_step.global_step_in(path) if path else None
 
 
 class _ConfigWriter(tf.compat.v1.train.CheckpointSaverListener):

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union
 import yaml
 
 from tpu_estimator.app.data import schema as _criteo
+from tpu_estimator.batch_size import check_divisible
 
 DENSE_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl")
 
@@ -604,8 +605,7 @@ def _validate(config: Config) -> Config:
     _positive(tpu.iterations_per_loop, "tpu.iterations_per_loop")
     for path, value in (("train.batch_size", t.batch_size), ("eval.batch_size", e.batch_size)):
         _positive(value, path)
-        if value % tpu.num_shards:
-            raise ValueError(f"{path}: {value} is not divisible by tpu.num_shards ({tpu.num_shards})")
+        check_divisible(value, path + ":", tpu.num_shards, "tpu.num_shards")
     _positive(t.steps, "train.steps")
     _positive(t.eval_every_steps, "train.eval_every_steps", allow_none=True)
     _positive(t.save_checkpoints_steps, "train.save_checkpoints_steps")

@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tpu_estimator.app import program_benchmark
+from tpu_estimator.batch_size import check_divisible
 
 PROGRAM_DIR = program_benchmark.PROGRAM_DIR
 
@@ -67,11 +68,9 @@ class SetupProgram:
         if self.hidden % self.heads:
             raise ValueError(f"program {self.name}: heads ({self.heads}) must divide hidden ({self.hidden})")
         for shards in self.shards:
-            if shards < 1 or self.batch_size % shards:
-                raise ValueError(
-                    f"program {self.name}: batch_size {self.batch_size} must be divisible by each of shards "
-                    f"{self.shards}"
-                )
+            if shards < 1:
+                raise ValueError(f"program {self.name}: shards {self.shards} must all be positive")
+            check_divisible(self.batch_size, f"program {self.name}: batch_size", shards, "shards")
 
 
 def load_setup_program(name_or_path: str, program_dir: str = PROGRAM_DIR) -> SetupProgram:

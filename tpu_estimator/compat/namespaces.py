@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict
 import tensorflow as tf
 
 import tpu_estimator
+from tpu_estimator import _tf_internal
 from tpu_estimator.compat import cluster_resolver as cluster_resolver_lib
 from tpu_estimator.compat import tpu_ops
 
@@ -102,8 +103,7 @@ def cluster_resolver_names() -> Dict[str, Any]:
 
 def _contrib_summary_members() -> Dict[str, Any]:
     """TF1 `tf.contrib.summary`: the graph-mode summary API that TensorFlow keeps as `summary_ops_v2`."""
-    from tensorflow.python.ops import summary_ops_v2
-
+    summary_ops_v2 = _tf_internal.summary_ops_v2()
     names = (
         "always_record_summaries",
         "never_record_summaries",

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib
+from tpu_estimator import _estimator_lib, _tf_internal
 from tpu_estimator.compat import legacy_modules, namespaces
 from tpu_estimator.compat.tpu_ops import (
     batch_parallel,
@@ -33,10 +33,7 @@ def _resolve(path: str) -> Any:
         return importlib.import_module(path[len("module:") :])
     obj = tf
     for part in path.split(".") if path else []:
-        child = getattr(obj, part)
-        if hasattr(type(child), "_load"):  # A LazyLoader: replaced by the real module in its parent once loaded.
-            child = child._load()
-        obj = child
+        obj = _tf_internal.loaded_module(getattr(obj, part))
     return obj
 
 
@@ -64,10 +61,6 @@ def _existing(paths) -> List[str]:
     return found
 
 
-def _is_module_wrapper(obj: Any) -> bool:
-    return hasattr(obj, "_tfmw_wrapped_module")
-
-
 class _Patch(object):
     """One attribute of one namespace set to our object, restorable exactly."""
 
@@ -79,15 +72,9 @@ class _Patch(object):
         self.old_all = None
 
     def _current(self) -> Any:
-        if not _is_module_wrapper(self.owner):
+        if not _tf_internal.is_module_wrapper(self.owner):
             return getattr(self.owner, self.name, _MISSING)
-        # Read past the wrapper's deprecation warnings; import lazily loaded names as the wrapper would.
-        wrapped = self.owner._tfmw_wrapped_module
-        if self.name in wrapped.__dict__:
-            return wrapped.__dict__[self.name]
-        if self.name in (self.owner._tfmw_public_apis or {}):
-            return self.owner._tfmw_import_module(self.name)
-        return _MISSING
+        return _tf_internal.module_wrapper_attribute(self.owner, self.name, _MISSING)
 
     def apply(self) -> None:
         self.old = self._current()
@@ -98,12 +85,8 @@ class _Patch(object):
     def restore(self) -> None:
         if self.old is not _MISSING:
             setattr(self.owner, self.name, self.old)
-        elif _is_module_wrapper(self.owner):
-            wrapped = self.owner._tfmw_wrapped_module
-            wrapped.__dict__.pop(self.name, None)
-            self.owner.__dict__.pop(self.name, None)
-            if self.owner._fastdict_key_in(self.name):
-                self.owner._fastdict_pop(self.name)
+        elif _tf_internal.is_module_wrapper(self.owner):
+            _tf_internal.module_wrapper_remove(self.owner, self.name)
         else:
             self.owner.__dict__.pop(self.name, None)
         all_names = self.owner.__dict__.get("__all__")

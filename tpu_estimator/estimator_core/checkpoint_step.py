@@ -1,7 +1,7 @@
 """The global step of a model directory's latest checkpoint, and whether `train(max_steps=...)` has reached it.
 
-Shared by our `Estimator.train` (which then trains nothing, as upstream's) and `TPUEstimator.train`'s guard on both
-Estimator cores (`tpu_estimator/train_guard.py`, which also warns).
+Shared by our `Estimator.train` (which then trains nothing, as upstream's), `TPUEstimator.train`'s guard on both
+Estimator cores (`tpu_estimator/train_guard.py`, which also warns) and the command line (`app/commands.py`).
 """
 
 import numbers
@@ -10,13 +10,22 @@ from typing import Optional
 import tensorflow as tf
 
 
+def global_step_in(checkpoint_path: str) -> int:
+    """The global step saved in the checkpoint `checkpoint_path`.
+
+    Raises:
+      tf.errors.OpError, ValueError: the checkpoint cannot be read or holds no global step.
+    """
+    return int(tf.train.load_variable(checkpoint_path, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+
+
 def checkpoint_global_step(model_dir: str) -> Optional[int]:
     """The global step of the latest checkpoint in `model_dir`; None without a checkpoint or a global step in it."""
     path = tf.train.latest_checkpoint(model_dir)
     if path is None:
         return None
     try:
-        return int(tf.train.load_variable(path, tf.compat.v1.GraphKeys.GLOBAL_STEP))
+        return global_step_in(path)
     except (tf.errors.OpError, ValueError):
         return None
 
