@@ -13,7 +13,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib
+from tpu_estimator import _estimator_lib, input_position
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.tpu_config import InputPipelineConfig
 
@@ -35,16 +35,33 @@ def _is_dataset(value) -> bool:
 
 
 class DatasetInitializerHook(tf.compat.v1.train.SessionRunHook):
-    """Initialises the input iterators after the session is created (after an optional sleep)."""
+    """Initialises the input iterators after the session is created (after an optional sleep), and moves those
+    whose position the checkpoint holds to it (`input_position.py`), before any other hook reads them.
 
-    def __init__(self, initializers: List[tf.Operation], sleep_secs: Optional[int] = None):
+    Attributes:
+      skipped: per checkpointed position, the batches read and dropped to reach it at the last session start.
+    """
+
+    def __init__(
+        self,
+        initializers: List[tf.Operation],
+        sleep_secs: Optional[int] = None,
+        positions: Sequence[input_position.InputPosition] = (),
+    ):
         self._initializers = initializers
         self._sleep_secs = sleep_secs
+        self._positions = list(positions)
+        self.skipped: List[int] = []
+
+    def begin(self):
+        for position in self._positions:
+            position.build_start_ops()
 
     def after_create_session(self, session, coord):
         if self._sleep_secs:
             time.sleep(self._sleep_secs)
         session.run(self._initializers)
+        self.skipped = [position.start(session) for position in self._positions]
 
 
 class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
@@ -138,15 +155,20 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
 class _Source(object):
     """One `input_fn` invocation's output: a dataset iterator or a queue of tensors."""
 
-    def __init__(self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int]):
+    def __init__(
+        self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int], checkpoint_position: bool
+    ):
         self.hook = None
         self.initializer = None
+        self.position = None
         with tf.device(device):
             if _is_dataset(result):
                 _check_not_ragged(*split_features_and_labels(result.element_spec))
                 self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
                 self.initializer = self._iterator.initializer
                 self._queue = None
+                if checkpoint_position:
+                    self.position = input_position.InputPosition(result, self._iterator, device)
             elif not allow_tensors:
                 raise TypeError("`input_fn` must return a `Dataset` for this mode.")
             else:
@@ -195,6 +217,8 @@ class _Source(object):
     def get_next(self) -> Tuple[Any, Any]:
         with tf.device(self._device):
             if self._iterator is not None:
+                if self.position is not None:
+                    return split_features_and_labels(self.position.read(self._iterator.get_next))
                 return split_features_and_labels(self._iterator.get_next())
             values = self._queue.dequeue()
             values = iter(values if isinstance(values, (list, tuple)) else [values])
@@ -546,7 +570,9 @@ class InputPipeline(object):
                 )
             if input_mode == InputPipelineConfig.PER_HOST_V2 and not _is_dataset(result):
                 raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
-            sources.append(_Source(result, device, allow_tensors, sleep_secs))
+            # The position of a training dataset marked by `input_position.checkpoint_position` is checkpointed.
+            checkpoint_position = ctx.mode == ModeKeys.TRAIN and input_position.is_marked(result)
+            sources.append(_Source(result, device, allow_tensors, sleep_secs, checkpoint_position))
         if input_mode == InputPipelineConfig.PER_HOST_V2:
             self._reader = _PerHostV2Reader(sources, ctx)
         elif input_mode == InputPipelineConfig.PER_SHARD_V1:
@@ -557,7 +583,8 @@ class InputPipeline(object):
         initializers = [s.initializer for s in sources if s.initializer is not None]
         hooks = [s.hook for s in sources if s.hook is not None]
         if initializers:
-            hooks.insert(0, DatasetInitializerHook(initializers, sleep_secs))
+            positions = [s.position for s in sources if s.position is not None]
+            hooks.insert(0, DatasetInitializerHook(initializers, sleep_secs, positions))
         return hooks
 
     def next_step(self) -> StepInput:

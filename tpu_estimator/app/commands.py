@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from tpu_estimator import checkpoint_state
+from tpu_estimator import checkpoint_state, input_position
 from tpu_estimator.app import config_file, models, run_config_file
 from tpu_estimator.app import predict as cli_predict
 from tpu_estimator.app import progress as cli_progress
@@ -118,6 +118,40 @@ def global_step_of(model_dir: str, for_training: bool = False) -> Optional[int]:
     return int(tf.train.load_variable(path, tf.compat.v1.GraphKeys.GLOBAL_STEP))
 
 
+# The settings that make a training input another one: a checkpointed position means nothing in another.
+_INPUT_SETTINGS = ("data", "train.batch_size", "tpu.num_shards", "tpu.per_host_input_for_training")
+
+
+def _input_setting(config: config_file.Config, name: str) -> Any:
+    value = config
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _input_restart_reason(config: config_file.Config, checkpoint: str) -> Optional[str]:
+    """Why a run resuming from `checkpoint` cannot read on where it stood (None: it can).
+
+    Checkpoints hold the training input's position (`input_position.py`) since this version; a run whose data,
+    batch size or input sharding differ from the run that wrote the checkpoint (as `config.yaml` says) reads its
+    input from the start.
+    """
+    names = {name for name, _ in tf.train.list_variables(checkpoint)}
+    if f"{input_position.KEY_PREFIX}/0/skip" not in names:
+        return f"{checkpoint} holds no input position (written by an older tpu-estimator)"
+    saved_path = os.path.join(config.model_dir, "config.yaml")
+    if not tf.io.gfile.exists(saved_path):
+        return None
+    try:
+        saved = config_file.load_config(saved_path)
+    except Exception:  # an unreadable config.yaml is reported where the command reads it (cli.py)
+        return None
+    for name in _INPUT_SETTINGS:
+        if _input_setting(saved, name) != _input_setting(config, name):
+            return f"{name} differs from the run that wrote {checkpoint} (see {saved_path})"
+    return None
+
+
 class _ConfigWriter(tf.compat.v1.train.CheckpointSaverListener):
     """Writes `config.yaml` at the first checkpoint that holds a step of this run: while `train()` holds the
     model_dir lock, and never for a run that fails before it trained a step (the checkpoint saved when the session
@@ -194,10 +228,16 @@ def train(config: config_file.Config, flag_values: flags.FlagValues, last_step: 
     estimator = models.make_estimator(config)
     hook = progress_hook(config, last_step, flag_values)
     describe = _ConfigWriter(config, start_step)
+    restart_reason = None if start_step is None else _input_restart_reason(config, latest_checkpoint(model_dir))
+    if restart_reason:
+        print(f"train: {restart_reason}: the training data is read again from its beginning")
     start = time.time()
     try:
         estimator.train(
-            models.make_input_fn(config, "train"), max_steps=last_step, hooks=[hook], saving_listeners=[describe]
+            models.make_input_fn(config, "train", checkpoint_position=not restart_reason),
+            max_steps=last_step,
+            hooks=[hook],
+            saving_listeners=[describe],
         )
     except EmptyTrainingInputError:
         raise CliError(f"no training examples: {_data_description(config, training=True)}") from None
