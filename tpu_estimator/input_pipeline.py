@@ -13,6 +13,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from embedding import engine
 from tpu_estimator import _estimator_lib, input_position
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.tpu_config import InputPipelineConfig
@@ -588,9 +589,71 @@ class InputPipeline(object):
         return hooks
 
     def next_step(self) -> StepInput:
-        """Builds one step's reads: `(features, labels)` for every replica and, in PREDICT, the padding masks."""
+        """Builds one step's reads: `(features, labels)` for every replica and, in PREDICT, the padding masks.
+
+        In TRAIN the floating features and labels are checked to be finite (`checked_finite`).
+        """
         step = self._reader.read()
         if self._ctx.mode != ModeKeys.PREDICT:
             for features, labels in step.per_replica:
                 _check_static_shapes(features, labels)
+        if self._ctx.mode == ModeKeys.TRAIN:
+            step = step._replace(per_replica=checked_finite(step.per_replica))
         return step
+
+
+def checked_finite(per_replica: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
+    """The replicas' `(features, labels)`, whose floating values are read only once all are checked to be finite.
+
+    A NaN or Inf in the input would otherwise surface as a non-finite gradient (of an embedding table, a weight) or
+    loss, blamed on the model; this check names the feature or label instead: InvalidArgumentError
+    `Non-finite training input features['dense'] (from input_fn): Tensor had NaN values`. It is one sum per
+    floating tensor and one conditional per step (`embedding.engine.check_all_finite`), on the host that read the
+    input.
+    """
+    groups: dict = {}
+    seen = set()
+    for features, labels in per_replica:
+        if isinstance(features, dict):  # a host batch every replica of the host shares is named by its key
+            features = {k: v.tensor if isinstance(v, WholeHostBatch) else v for k, v in features.items()}
+        for path, value in _leaves_with_paths(features, "features") + _leaves_with_paths(labels, "labels"):
+            tensor = value.values if isinstance(value, tf.SparseTensor) else value
+            if isinstance(tensor, tf.Tensor) and tensor.dtype.is_floating and id(tensor) not in seen:
+                seen.add(id(tensor))
+                groups.setdefault(path, []).append(tensor)
+    if not groups:
+        return per_replica
+    with tf.device(next(iter(groups.values()))[0].device or None):
+        gate = engine.check_all_finite(
+            [(tensors, "Non-finite training input {} (from input_fn)".format(path)) for path, tensors in groups.items()]
+        )
+
+    gated: dict = {}  # id(object) -> gated object: one gated copy of a value that replicas share
+
+    def gate_leaf(value):
+        if id(value) in gated:
+            return gated[id(value)]
+        result = value
+        if isinstance(value, tf.SparseTensor) and value.values.dtype.is_floating:
+            with tf.control_dependencies([gate]):
+                result = tf.SparseTensor(value.indices, tf.identity(value.values), value.dense_shape)
+        elif isinstance(value, tf.Tensor) and value.dtype.is_floating:
+            with tf.control_dependencies([gate]):
+                result = tf.identity(value)
+        elif isinstance(value, WholeHostBatch):
+            inner = gate_leaf(value.tensor)
+            result = value if inner is value.tensor else WholeHostBatch(inner)
+        gated[id(value)] = result
+        return result
+
+    def gate_nest(value):
+        if isinstance(value, dict):
+            return type(value)((key, gate_nest(item)) for key, item in value.items())
+        if isinstance(value, list):
+            return [gate_nest(item) for item in value]
+        if isinstance(value, tuple) and not isinstance(value, WholeHostBatch):
+            items = [gate_nest(item) for item in value]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        return gate_leaf(value)
+
+    return [(gate_nest(features), gate_nest(labels)) for features, labels in per_replica]

@@ -462,18 +462,40 @@ def run(subcommand: str, config: Optional[config_file.Config], flag_values: flag
 _MALFORMED_LINE = re.compile(r"((?:[^\s\[\]'\"]+):(\d+): (?:expected|label|dense|malformed)[^\n\]'\"]*)")
 
 
+def op_error_cause(error: "tf.errors.OpError") -> str:
+    """The message of the op that failed, from a TensorFlow op error's text.
+
+    A graph's error begins with `Graph execution error:` or `N root error(s) found.` and a stack of where the op
+    was defined; the cause is the first root error's message (`(0) INVALID_ARGUMENT: <cause>`), or the line after
+    the `Node: 'name'` line. Falls back to the first line.
+    """
+    text = str(getattr(error, "message", error))
+    root = re.search(r"\(0\) [A-Z_]+: ([^\n]*)", text)
+    if root:
+        cause = root.group(1)
+    else:
+        lines = text.splitlines()
+        nodes = [i for i, line in enumerate(lines) if line.startswith("Node: '")]
+        after = nodes[-1] + 1 if nodes else len(lines)
+        cause = lines[after] if after < len(lines) and lines[after].strip() else (lines[0] if lines else "")
+    cause = re.sub(r"\{\{[^}]*\}\}\s*", "", cause)
+    return re.split(r"\s*\[\[|\s*\[Op:", cause)[0].strip()
+
+
 def one_line(error: BaseException) -> str:
-    """`Type: first line of the message` (cut to 300 characters)."""
+    """`Type: first line of the message` (of a TensorFlow op error: its cause, `op_error_cause`), cut to 300
+    characters."""
+    if isinstance(error, tf.errors.OpError):
+        return f"{type(error).__name__}: {op_error_cause(error)[:300]}"
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     text = text if len(text) <= 300 else text[:297] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def tf_message(error: "tf.errors.OpError") -> str:
-    """The first line of a TensorFlow op error without its `{{function_node ...}}` and `[Op:...]` decorations, cut
-    to 200 characters."""
-    text = re.sub(r"\{\{[^}]*\}\}\s*", "", str(getattr(error, "message", error))).strip()
-    text = re.split(r"\s*\[\[|\s*\[Op:", text.splitlines()[0] if text else "")[0]
+    """The cause of a TensorFlow op error (`op_error_cause`: the failed op's message, without the graph error's
+    header and `{{function_node ...}}`, `[[node]]` and `[Op:...]` decorations), cut to 200 characters."""
+    text = op_error_cause(error)
     return text if len(text) <= 200 else text[:197] + "..."
 
 
@@ -492,6 +514,15 @@ def explain(error: BaseException, config: Optional[config_file.Config]) -> Optio
         if match:
             skip = "data.skip_malformed=true" if config else "--skip_malformed"
             return f"{match.group(1).strip()} ({skip} skips malformed lines)"
+    if isinstance(error, tf.errors.InvalidArgumentError) and re.search(r"Tensor had (NaN|Inf)", message):
+        cause = op_error_cause(error)
+        if "Non-finite training input" in cause:
+            return f"the training data holds NaN or Inf: {cause}"
+        return (
+            f"training produced NaN or Inf values: {cause} (the model diverged: lower the learning rates, "
+            "optimizer.dense.learning_rate and optimizer.embedding.learning_rate; the latest checkpoint holds finite "
+            "values only)"
+        )
     data = config.data if config else None
     paths = ", ".join((data.train_paths or []) + (data.eval_paths or [])) if data else ""
     source = f"data.source {data.source}" if data else "TFRecord"
