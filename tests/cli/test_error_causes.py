@@ -49,3 +49,15 @@ def test_a_corrupt_tfrecord_keeps_the_offset_and_names_the_file(corrupt_tfrecord
         r"files\)",
         message,
     ), message
+
+
+def test_a_batch_too_large_for_one_tensor_is_refused_before_tensorflow_starts(tmp_path, capsys):
+    status = run_in_process(
+        "train", "--config=dlrm_tiny", f"--model_dir={tmp_path / 'm'}", f"--set=train.batch_size={2**30}"
+    )
+    assert status == 2
+    assert error_line(capsys, "train") == (
+        "tpu-estimator train: error: train.batch_size: at most 8388608 rows, got 1073741824 (a batch's 26 categorical "
+        "ids, 8 bytes each per row, must stay under TensorFlow's 2 GB limit of one tensor)"
+    )
+    assert not (tmp_path / "m").exists()
