@@ -25,6 +25,7 @@ from tpu_estimator.app import config_file, models, run_config_file
 from tpu_estimator.app import predict as cli_predict
 from tpu_estimator.app import progress as cli_progress
 from tpu_estimator.app.errors import CliError
+from tpu_estimator.app.models import inputs as model_inputs
 from tpu_estimator.eval_loop import EvaluationInputEndedError
 from tpu_estimator.model_dir_lock import ModelDirLockedError
 from tpu_estimator.train_guard import EmptyTrainingInputError
@@ -228,7 +229,9 @@ def train(config: config_file.Config, flag_values: flags.FlagValues, last_step: 
     estimator = models.make_estimator(config)
     hook = progress_hook(config, last_step, flag_values)
     describe = _ConfigWriter(config, start_step)
-    restart_reason = None if start_step is None else _input_restart_reason(config, latest_checkpoint(model_dir))
+    restart_reason = None
+    if start_step is not None and not model_inputs.one_process_per_host():  # else no position is saved at all
+        restart_reason = _input_restart_reason(config, latest_checkpoint(model_dir))
     if restart_reason:
         print(f"train: {restart_reason}: the training data is read again from its beginning")
     start = time.time()

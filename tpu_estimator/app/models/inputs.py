@@ -176,7 +176,7 @@ def make_input_fn(
     def input_fn(params):
         ds = dataset(config, mode, params["batch_size"], _pipeline(params))
         ds = _finish(ds, transform, with_labels=mode != ModeKeys.PREDICT)
-        if checkpoint_position and mode == ModeKeys.TRAIN and not _one_process_per_host():
+        if checkpoint_position and mode == ModeKeys.TRAIN and not one_process_per_host():
             # Checkpoints hold the training input's position: a resumed run reads on where the checkpoint stood.
             ds = input_position.checkpoint_position(ds)
         return ds
@@ -184,7 +184,7 @@ def make_input_fn(
     return input_fn
 
 
-def _one_process_per_host() -> bool:
+def one_process_per_host() -> bool:
     """Whether `TF_CONFIG` makes this process one of several hosts each building its own graph (then only the
     chief writes checkpoints, and the other hosts' input positions could not be saved in them)."""
     try:
