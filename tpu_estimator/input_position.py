@@ -141,7 +141,6 @@ class InputPosition(object):
             self.start_step = _local_variable("start_step", tf.constant(0, tf.int64))
             self.skip = _local_variable("skip", tf.constant(0, tf.int64))
         self._save_tensors = None
-        self._start_ops = None
         graph.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, _PositionSaveable(self))
 
     def read(self, get_next: Callable[[], Any]) -> Any:
@@ -252,7 +251,6 @@ class InputPosition(object):
             )
             with tf.control_dependencies([self._start]):
                 self._zero_skip = self.skip.assign(0)
-        self._start_ops = True
 
     def start(self, session: tf.compat.v1.Session) -> int:
         """After the training iterator is initialized: moves it to the restored position; returns the batches it
