@@ -23,7 +23,7 @@ So `skip` is at most the batches of one checkpoint interval plus the read-ahead,
 snapshot costs one iterator copy per checkpoint. The iterators hold their buffers (shuffle, prefetch) three times.
 State outside `tf.data` (the Python state of a `py_function`) is not saved.
 
-Checkpoint keys: `input_position/{i}/iterator` (the base's state) and `input_position/{i}/skip`, for the i-th
+Checkpoint keys: `input_position/{i}/iterator` (the base's state, bytes: a serialized TensorProto) and `input_position/{i}/skip`, for the i-th
 marked dataset of the graph (one per `input_fn` call).
 """
 
@@ -93,7 +93,7 @@ class _PositionSaveable(_tf_internal.SaveableObject):
         name = position.key
         specs = [
             _tf_internal.SaveSpec(
-                lambda: position.save_tensors()[0], "", name + "/iterator", dtype=tf.variant, device=position.device
+                lambda: position.save_tensors()[0], "", name + "/iterator", dtype=tf.string, device=position.device
             ),
             _tf_internal.SaveSpec(
                 lambda: position.save_tensors()[1], "", name + "/skip", dtype=tf.int64, device=position.device
@@ -108,7 +108,7 @@ class _PositionSaveable(_tf_internal.SaveableObject):
         with tf.device(position.device):
             with tf.control_dependencies([position.base.initializer]):
                 restore_base = tf.raw_ops.DeserializeIterator(
-                    resource_handle=position.base._iterator_resource, serialized=state
+                    resource_handle=position.base._iterator_resource, serialized=tf.io.parse_tensor(state, tf.variant)
                 )
             return tf.group(restore_base, position.skip.assign(skip))
 
@@ -207,7 +207,9 @@ class InputPosition(object):
                 started = tf.compat.v1.is_variable_initialized(self.start_step)
                 skip = tf.cond(started, promote_and_skip, before_start)
                 with tf.control_dependencies([skip]):
-                    state = _serialize(self.base)
+                    # Saved as bytes (a serialized TensorProto of the iterator state), so that every value of the
+                    # checkpoint reads as NumPy (a variant does not: `CheckpointReader.get_tensor` fails on it).
+                    state = tf.io.serialize_tensor(_serialize(self.base))
             self._save_tensors = [state, skip]
         return self._save_tensors
 
