@@ -15,6 +15,7 @@ from tensorflow.python.ops import variable_scope as _variable_scope
 from tensorflow.python.tpu import tpu_function
 from tensorflow.python.tpu.ops import tpu_ops
 from tensorflow.python.training import evaluation as _evaluation
+from tensorflow.python.training.saving import saveable_object as _saveable_object
 
 from tpu_estimator import graph_walk
 
@@ -132,6 +133,11 @@ def nccl_all_sum(values: Sequence[tf.Tensor], devices: Sequence[str]) -> List[tf
         with tf.device(device):
             placed.append(tf.identity(value))
     return nccl_ops.all_sum(placed)
+
+
+# TF1 `Saver` objects that save what is not a variable (the training input's position, `input_position.py`).
+SaveableObject = _saveable_object.SaveableObject
+SaveSpec = _saveable_object.SaveSpec
 
 
 def v1_control_flow() -> ContextManager[None]:

@@ -3,7 +3,9 @@
 The embedding engine checks ids and weights with `tf.debugging.Assert` (`Feature 'a' (table 't'): ids must be in
 [0, 500) (vocabulary_size); smallest and largest id:` and the two ids). TensorFlow raises a failed check as an
 `OpError` whose text starts with its own words ("Graph execution error", the node, its stack) and holds ours as
-`assertion failed: [message] [value] [value]`. `data_error()` reads it out; `named_in_first_line()` re-raises such an
+`assertion failed: [message] [value] [value]`. The input pipeline checks that the training input is finite
+(`Non-finite training input features['x'] (from input_fn) : Tensor had NaN values`, `input_pipeline.checked_finite`).
+`data_error()` reads either out; `named_in_first_line()` re-raises such an
 error with that message as its first line. No TensorFlow import.
 """
 
@@ -13,6 +15,7 @@ from typing import Iterator, Optional
 
 # Assert's string data comes with its quotes escaped.
 _ASSERTION = re.compile(r"assertion failed: \[(.*?)\]((?: \[[^\]\n]*\])*)[ \t]*(?:\n|$)", re.S)
+_NON_FINITE_INPUT = re.compile(r"(Non-finite training input [^\n]*? : Tensor had (?:Inf and NaN|NaN|Inf) values)")
 
 
 def data_error(error: BaseException) -> Optional[str]:
@@ -27,6 +30,9 @@ def data_error(error: BaseException) -> Optional[str]:
     """
     if not hasattr(error, "node_def"):
         return None
+    non_finite = _NON_FINITE_INPUT.search(str(getattr(error, "message", error)))
+    if non_finite:
+        return non_finite.group(1)
     match = _ASSERTION.search(str(getattr(error, "message", error)))
     if match is None:
         return None

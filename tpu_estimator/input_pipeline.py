@@ -13,7 +13,8 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib
+from embedding import engine
+from tpu_estimator import _estimator_lib, input_position
 from tpu_estimator.batch_size import check_divisible
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.tpu_config import InputPipelineConfig
@@ -36,16 +37,33 @@ def _is_dataset(value) -> bool:
 
 
 class DatasetInitializerHook(tf.compat.v1.train.SessionRunHook):
-    """Initialises the input iterators after the session is created (after an optional sleep)."""
+    """Initialises the input iterators after the session is created (after an optional sleep), and moves those
+    whose position the checkpoint holds to it (`input_position.py`), before any other hook reads them.
 
-    def __init__(self, initializers: List[tf.Operation], sleep_secs: Optional[int] = None):
+    Attributes:
+      skipped: per checkpointed position, the batches read and dropped to reach it at the last session start.
+    """
+
+    def __init__(
+        self,
+        initializers: List[tf.Operation],
+        sleep_secs: Optional[int] = None,
+        positions: Sequence[input_position.InputPosition] = (),
+    ):
         self._initializers = initializers
         self._sleep_secs = sleep_secs
+        self._positions = list(positions)
+        self.skipped: List[int] = []
+
+    def begin(self):
+        for position in self._positions:
+            position.build_start_ops()
 
     def after_create_session(self, session, coord):
         if self._sleep_secs:
             time.sleep(self._sleep_secs)
         session.run(self._initializers)
+        self.skipped = [position.start(session) for position in self._positions]
 
 
 class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
@@ -139,15 +157,20 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
 class _Source(object):
     """One `input_fn` invocation's output: a dataset iterator or a queue of tensors."""
 
-    def __init__(self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int]):
+    def __init__(
+        self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int], checkpoint_position: bool
+    ):
         self.hook = None
         self.initializer = None
+        self.position = None
         with tf.device(device):
             if _is_dataset(result):
                 _check_not_ragged(*split_features_and_labels(result.element_spec))
                 self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
                 self.initializer = self._iterator.initializer
                 self._queue = None
+                if checkpoint_position:
+                    self.position = input_position.InputPosition(result, self._iterator, device)
             elif not allow_tensors:
                 raise TypeError("`input_fn` must return a `Dataset` for this mode.")
             else:
@@ -196,6 +219,8 @@ class _Source(object):
     def get_next(self) -> Tuple[Any, Any]:
         with tf.device(self._device):
             if self._iterator is not None:
+                if self.position is not None:
+                    return split_features_and_labels(self.position.read(self._iterator.get_next))
                 return split_features_and_labels(self._iterator.get_next())
             values = self._queue.dequeue()
             values = iter(values if isinstance(values, (list, tuple)) else [values])
@@ -543,7 +568,9 @@ class InputPipeline(object):
                 )
             if input_mode == InputPipelineConfig.PER_HOST_V2 and not _is_dataset(result):
                 raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
-            sources.append(_Source(result, device, allow_tensors, sleep_secs))
+            # The position of a training dataset marked by `input_position.checkpoint_position` is checkpointed.
+            checkpoint_position = ctx.mode == ModeKeys.TRAIN and input_position.is_marked(result)
+            sources.append(_Source(result, device, allow_tensors, sleep_secs, checkpoint_position))
         if input_mode == InputPipelineConfig.PER_HOST_V2:
             self._reader = _PerHostV2Reader(sources, ctx)
         elif input_mode == InputPipelineConfig.PER_SHARD_V1:
@@ -554,13 +581,76 @@ class InputPipeline(object):
         initializers = [s.initializer for s in sources if s.initializer is not None]
         hooks = [s.hook for s in sources if s.hook is not None]
         if initializers:
-            hooks.insert(0, DatasetInitializerHook(initializers, sleep_secs))
+            positions = [s.position for s in sources if s.position is not None]
+            hooks.insert(0, DatasetInitializerHook(initializers, sleep_secs, positions))
         return hooks
 
     def next_step(self) -> StepInput:
-        """Builds one step's reads: `(features, labels)` for every replica and, in PREDICT, the padding masks."""
+        """Builds one step's reads: `(features, labels)` for every replica and, in PREDICT, the padding masks.
+
+        In TRAIN the floating features and labels are checked to be finite (`checked_finite`).
+        """
         step = self._reader.read()
         if self._ctx.mode != ModeKeys.PREDICT:
             for features, labels in step.per_replica:
                 _check_static_shapes(features, labels)
+        if self._ctx.mode == ModeKeys.TRAIN:
+            step = step._replace(per_replica=checked_finite(step.per_replica))
         return step
+
+
+def checked_finite(per_replica: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
+    """The replicas' `(features, labels)`, whose floating values are read only once all are checked to be finite.
+
+    A NaN or Inf in the input would otherwise surface as a non-finite gradient (of an embedding table, a weight) or
+    loss, blamed on the model; this check names the feature or label instead: InvalidArgumentError
+    `Non-finite training input features['dense'] (from input_fn): Tensor had NaN values`. It is one sum per
+    floating tensor and one conditional per step (`embedding.engine.check_all_finite`), on the host that read the
+    input.
+    """
+    groups: dict = {}
+    seen = set()
+    for features, labels in per_replica:
+        if isinstance(features, dict):  # a host batch every replica of the host shares is named by its key
+            features = {k: v.tensor if isinstance(v, WholeHostBatch) else v for k, v in features.items()}
+        for path, value in _leaves_with_paths(features, "features") + _leaves_with_paths(labels, "labels"):
+            tensor = value.values if isinstance(value, tf.SparseTensor) else value
+            if isinstance(tensor, tf.Tensor) and tensor.dtype.is_floating and id(tensor) not in seen:
+                seen.add(id(tensor))
+                groups.setdefault(path, []).append(tensor)
+    if not groups:
+        return per_replica
+    with tf.device(next(iter(groups.values()))[0].device or None):
+        gate = engine.check_all_finite(
+            [(tensors, "Non-finite training input {} (from input_fn)".format(path)) for path, tensors in groups.items()]
+        )
+
+    gated: dict = {}  # id(object) -> gated object: one gated copy of a value that replicas share
+
+    def gate_leaf(value):
+        if id(value) in gated:
+            return gated[id(value)]
+        result = value
+        if isinstance(value, tf.SparseTensor) and value.values.dtype.is_floating:
+            with tf.control_dependencies([gate]):
+                result = tf.SparseTensor(value.indices, tf.identity(value.values), value.dense_shape)
+        elif isinstance(value, tf.Tensor) and value.dtype.is_floating:
+            with tf.control_dependencies([gate]):
+                result = tf.identity(value)
+        elif isinstance(value, WholeHostBatch):
+            inner = gate_leaf(value.tensor)
+            result = value if inner is value.tensor else WholeHostBatch(inner)
+        gated[id(value)] = result
+        return result
+
+    def gate_nest(value):
+        if isinstance(value, dict):
+            return type(value)((key, gate_nest(item)) for key, item in value.items())
+        if isinstance(value, list):
+            return [gate_nest(item) for item in value]
+        if isinstance(value, tuple) and not isinstance(value, WholeHostBatch):
+            items = [gate_nest(item) for item in value]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        return gate_leaf(value)
+
+    return [(gate_nest(features), gate_nest(labels)) for features, labels in per_replica]

@@ -35,6 +35,15 @@ from tpu_estimator.train_loop import TrainLoop, TrainLoopSettings
 
 ModeKeys = _estimator_lib.ModeKeys
 _RESERVED_PARAMS_KEYS = ["batch_size", "context"]
+
+
+def _check_int32(value: int, name: str) -> None:
+    """Raises ValueError naming `name` unless the batch size fits TensorFlow's int32 shapes and counters (a batch of
+    2**31 rows otherwise ends in an `OverflowError` deep in graph construction)."""
+    if value >= 2**31:
+        raise ValueError("{} must be less than 2**31 (TensorFlow's int32 batch dimension), got {}".format(name, value))
+
+
 # The mode of the {serve, tpu} export metagraph (upstream's name).
 INFERENCE_ON_TPU_MODE = "_inference_on_tpu"
 
@@ -158,6 +167,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             if train_batch_size is None:
                 raise ValueError("`train_batch_size` cannot be `None`")
             check_positive_integer(train_batch_size, "train_batch_size")
+            _check_int32(train_batch_size, "train_batch_size")
             if (
                 config.tpu_config.per_host_input_for_training is InputPipelineConfig.PER_SHARD_V1
                 and config.tpu_config.num_cores_per_replica
@@ -168,8 +178,10 @@ class TPUEstimator(_estimator_lib.Estimator):
                 )
             if eval_batch_size is not None:
                 check_positive_integer(eval_batch_size, "eval_batch_size")
+                _check_int32(eval_batch_size, "eval_batch_size")
             if predict_batch_size is not None:
                 check_positive_integer(predict_batch_size, "predict_batch_size")
+                _check_int32(predict_batch_size, "predict_batch_size")
             if embedding_config_spec and config.tpu_config.per_host_input_for_training not in (
                 InputPipelineConfig.PER_HOST_V1,
                 InputPipelineConfig.PER_HOST_V2,

@@ -7,6 +7,7 @@ import os
 import re
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -26,7 +27,10 @@ def files_of(model_dir):
 
 def checkpoint_values(model_dir):
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
-    return {name: reader.get_tensor(name).tolist() for name in reader.get_variable_to_shape_map()}
+    # The input position is left out: a run reading other data (the failing run below) restarts its input, and its
+    # session-start save rewrites the latest checkpoint without the old data's position (the model's values stay).
+    names = [name for name in reader.get_variable_to_shape_map() if not name.startswith("input_position/")]
+    return {name: np.asarray(reader.get_tensor(name)).tolist() for name in names}
 
 
 @pytest.fixture(scope="module")

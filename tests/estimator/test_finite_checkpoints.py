@@ -20,11 +20,17 @@ X = RNG.randn(BATCH * STEPS, 3).astype(np.float32)
 Y = RNG.randn(BATCH * STEPS, 1).astype(np.float32)
 
 
+# The input is finite (a non-finite input is an error of its own, tests/estimator/test_input_checks.py): the `aux`
+# feature holds a marker that the model turns into the poison.
+MARKERS = {"nan": 2.0, "inf": 3.0}
+
+
 def make_input_fn(poison):
-    """Batches in order; the `aux` feature of batch POISONED_STEP - 1 holds `poison` (None: all finite)."""
+    """Batches in order; the `aux` feature of batch POISONED_STEP - 1 holds the marker of `poison` (None: no
+    marker), which the model turns into `poison`."""
     aux = np.ones((BATCH * STEPS, 1), np.float32)
     if poison is not None:
-        aux[(POISONED_STEP - 1) * BATCH] = poison
+        aux[(POISONED_STEP - 1) * BATCH] = MARKERS["nan" if np.isnan(poison) else "inf"]
 
     def input_fn(params):
         features = {"x": X, "aux": aux}
@@ -37,7 +43,11 @@ def model_fn(features, labels, mode, params):
     """A regression whose loss ignores the `aux` head; the head is trained on its own loss (as an auxiliary
     task would be), so its weights can become non-finite while the reported loss stays finite."""
     out = tf.compat.v1.layers.dense(features["x"], 1, name="main")
-    aux = tf.compat.v1.layers.dense(features["aux"], 1, name="aux")
+    marked = features["aux"]
+    poisoned = tf.where(
+        tf.equal(marked, MARKERS["nan"]), np.nan, tf.where(tf.equal(marked, MARKERS["inf"]), np.inf, marked)
+    )
+    aux = tf.compat.v1.layers.dense(poisoned, 1, name="aux")
     loss = tf.reduce_mean(tf.square(out - labels))
     aux_loss = tf.reduce_mean(aux)
     step = tf.compat.v1.train.get_global_step()

@@ -20,11 +20,12 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from tpu_estimator import checkpoint_state
+from tpu_estimator import checkpoint_state, input_position
 from tpu_estimator.app import config_file, models, run_config_file
 from tpu_estimator.app import predict as cli_predict
 from tpu_estimator.app import progress as cli_progress
 from tpu_estimator.app.errors import CliError
+from tpu_estimator.app.models import inputs as model_inputs
 from tpu_estimator.estimator_core import checkpoint_step
 from tpu_estimator.eval_loop import EvaluationInputEndedError
 from tpu_estimator.model_dir_lock import ModelDirLockedError
@@ -117,6 +118,40 @@ def global_step_of(model_dir: str, for_training: bool = False) -> Optional[int]:
     return checkpoint_step.global_step_in(path) if path else None
 
 
+# The settings that make a training input another one: a checkpointed position means nothing in another.
+_INPUT_SETTINGS = ("data", "train.batch_size", "tpu.num_shards", "tpu.per_host_input_for_training")
+
+
+def _input_setting(config: config_file.Config, name: str) -> Any:
+    value = config
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _input_restart_reason(config: config_file.Config, checkpoint: str) -> Optional[str]:
+    """Why a run resuming from `checkpoint` cannot read on where it stood (None: it can).
+
+    Checkpoints hold the training input's position (`input_position.py`) since this version; a run whose data,
+    batch size or input sharding differ from the run that wrote the checkpoint (as `config.yaml` says) reads its
+    input from the start.
+    """
+    names = {name for name, _ in tf.train.list_variables(checkpoint)}
+    if f"{input_position.KEY_PREFIX}/0/skip" not in names:
+        return f"{checkpoint} holds no input position (written by an older tpu-estimator)"
+    saved_path = os.path.join(config.model_dir, "config.yaml")
+    if not tf.io.gfile.exists(saved_path):
+        return None
+    try:
+        saved = config_file.load_config(saved_path)
+    except Exception:  # an unreadable config.yaml is reported where the command reads it (cli.py)
+        return None
+    for name in _INPUT_SETTINGS:
+        if _input_setting(saved, name) != _input_setting(config, name):
+            return f"{name} differs from the run that wrote {checkpoint} (see {saved_path})"
+    return None
+
+
 class _ConfigWriter(tf.compat.v1.train.CheckpointSaverListener):
     """Writes `config.yaml` at the first checkpoint that holds a step of this run: while `train()` holds the
     model_dir lock, and never for a run that fails before it trained a step (the checkpoint saved when the session
@@ -193,10 +228,18 @@ def train(config: config_file.Config, flag_values: flags.FlagValues, last_step: 
     estimator = models.make_estimator(config)
     hook = progress_hook(config, last_step, flag_values)
     describe = _ConfigWriter(config, start_step)
+    restart_reason = None
+    if start_step is not None and not model_inputs.one_process_per_host():  # else no position is saved at all
+        restart_reason = _input_restart_reason(config, latest_checkpoint(model_dir))
+    if restart_reason:
+        print(f"train: {restart_reason}: the training data is read again from its beginning")
     start = time.time()
     try:
         estimator.train(
-            models.make_input_fn(config, "train"), max_steps=last_step, hooks=[hook], saving_listeners=[describe]
+            models.make_input_fn(config, "train", checkpoint_position=not restart_reason),
+            max_steps=last_step,
+            hooks=[hook],
+            saving_listeners=[describe],
         )
     except EmptyTrainingInputError:
         raise CliError(f"no training examples: {_data_description(config, training=True)}") from None
@@ -421,18 +464,40 @@ def run(subcommand: str, config: Optional[config_file.Config], flag_values: flag
 _MALFORMED_LINE = re.compile(r"((?:[^\s\[\]'\"]+):(\d+): (?:expected|label|dense|malformed)[^\n\]'\"]*)")
 
 
+def op_error_cause(error: "tf.errors.OpError") -> str:
+    """The message of the op that failed, from a TensorFlow op error's text.
+
+    A graph's error begins with `Graph execution error:` or `N root error(s) found.` and a stack of where the op
+    was defined; the cause is the first root error's message (`(0) INVALID_ARGUMENT: <cause>`), or the line after
+    the `Node: 'name'` line. Falls back to the first line.
+    """
+    text = str(getattr(error, "message", error))
+    root = re.search(r"\(0\) [A-Z_]+: ([^\n]*)", text)
+    if root:
+        cause = root.group(1)
+    else:
+        lines = text.splitlines()
+        nodes = [i for i, line in enumerate(lines) if line.startswith("Node: '")]
+        after = nodes[-1] + 1 if nodes else len(lines)
+        cause = lines[after] if after < len(lines) and lines[after].strip() else (lines[0] if lines else "")
+    cause = re.sub(r"\{\{[^}]*\}\}\s*", "", cause)
+    return re.split(r"\s*\[\[|\s*\[Op:", cause)[0].strip()
+
+
 def one_line(error: BaseException) -> str:
-    """`Type: first line of the message` (cut to 300 characters)."""
+    """`Type: first line of the message` (of a TensorFlow op error: its cause, `op_error_cause`), cut to 300
+    characters."""
+    if isinstance(error, tf.errors.OpError):
+        return f"{type(error).__name__}: {op_error_cause(error)[:300]}"
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     text = text if len(text) <= 300 else text[:297] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def tf_message(error: "tf.errors.OpError") -> str:
-    """The first line of a TensorFlow op error without its `{{function_node ...}}` and `[Op:...]` decorations, cut
-    to 200 characters."""
-    text = re.sub(r"\{\{[^}]*\}\}\s*", "", str(getattr(error, "message", error))).strip()
-    text = re.split(r"\s*\[\[|\s*\[Op:", text.splitlines()[0] if text else "")[0]
+    """The cause of a TensorFlow op error (`op_error_cause`: the failed op's message, without the graph error's
+    header and `{{function_node ...}}`, `[[node]]` and `[Op:...]` decorations), cut to 200 characters."""
+    text = op_error_cause(error)
     return text if len(text) <= 200 else text[:197] + "..."
 
 
@@ -451,6 +516,15 @@ def explain(error: BaseException, config: Optional[config_file.Config]) -> Optio
         if match:
             skip = "data.skip_malformed=true" if config else "--skip_malformed"
             return f"{match.group(1).strip()} ({skip} skips malformed lines)"
+    if isinstance(error, tf.errors.InvalidArgumentError) and re.search(r"Tensor had (NaN|Inf)", message):
+        cause = op_error_cause(error)
+        if "Non-finite training input" in cause:
+            return f"the training data holds NaN or Inf: {cause}"
+        return (
+            f"training produced NaN or Inf values: {cause} (the model diverged: lower the learning rates, "
+            "optimizer.dense.learning_rate and optimizer.embedding.learning_rate; the latest checkpoint holds finite "
+            "values only)"
+        )
     data = config.data if config else None
     paths = ", ".join((data.train_paths or []) + (data.eval_paths or [])) if data else ""
     source = f"data.source {data.source}" if data else "TFRecord"

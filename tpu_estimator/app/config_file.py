@@ -491,6 +491,11 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
 # Semantic checks (after the types are right).
 
 
+# The largest batch (rows) of a run: 26 int64 ids per row make 1.7 GB at 2**23 rows, under TensorFlow's 2 GB limit
+# of one tensor (a larger batch failed after the graph was built, at a 2 GB tensor proto).
+MAX_BATCH_SIZE = 2**23
+
+
 def _positive(value: Optional[int], path: str, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -605,6 +610,11 @@ def _validate(config: Config) -> Config:
     _positive(tpu.iterations_per_loop, "tpu.iterations_per_loop")
     for path, value in (("train.batch_size", t.batch_size), ("eval.batch_size", e.batch_size)):
         _positive(value, path)
+        if value > MAX_BATCH_SIZE:
+            raise ValueError(
+                f"{path}: at most {MAX_BATCH_SIZE} rows, got {value} (a batch's 26 categorical ids, 8 bytes each per "
+                "row, must stay under TensorFlow's 2 GB limit of one tensor)"
+            )
         check_divisible(value, path + ":", tpu.num_shards, "tpu.num_shards")
     _positive(t.steps, "train.steps")
     _positive(t.eval_every_steps, "train.eval_every_steps", allow_none=True)

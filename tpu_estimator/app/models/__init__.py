@@ -42,9 +42,12 @@ def make_embedding_config_spec(config: config_file.Config) -> tex.EmbeddingConfi
     )
 
 
-def make_input_fn(config: config_file.Config, mode: str):
-    """`input_fn(params)` of the config's data for `mode`, with the model's feature preparation."""
-    return inputs.make_input_fn(config, mode, transform=model_module(config).prepare_features)
+def make_input_fn(config: config_file.Config, mode: str, checkpoint_position: bool = True):
+    """`input_fn(params)` of the config's data for `mode`, with the model's feature preparation (TRAIN: with the
+    input's position in the checkpoints unless `checkpoint_position` is False, see `inputs.make_input_fn`)."""
+    return inputs.make_input_fn(
+        config, mode, transform=model_module(config).prepare_features, checkpoint_position=checkpoint_position
+    )
 
 
 def serving_input_receiver_fn(config: config_file.Config):

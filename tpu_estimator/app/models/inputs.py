@@ -10,11 +10,14 @@ Synthetic data: training reads examples `[0, data.num_examples)` (repeated) or a
 """
 
 import functools
+import json
+import os
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from tpu_estimator import estimator as tf_estimator
+from tpu_estimator import input_position
 from tpu_estimator.app import config_file
 from tpu_estimator.app.data import criteo, synthetic
 
@@ -154,7 +157,10 @@ def dataset(
 
 
 def make_input_fn(
-    config: config_file.Config, mode: str, transform: Optional[FeatureTransform] = None
+    config: config_file.Config,
+    mode: str,
+    transform: Optional[FeatureTransform] = None,
+    checkpoint_position: bool = True,
 ) -> Callable[[Dict[str, Any]], tf.data.Dataset]:
     """`input_fn(params)` of the config's data for `mode` (PREDICT: evaluation data without labels).
 
@@ -162,13 +168,30 @@ def make_input_fn(
       config: the run configuration.
       mode: a `tf.estimator.ModeKeys` value.
       transform: applied to the features of every batch (the model's `prepare_features`).
+      checkpoint_position: TRAIN: checkpoints hold the input's position, and a run resumes reading there
+        (`input_position.checkpoint_position`); not with one process per host (`TF_CONFIG` naming several tasks),
+        where only the chief writes checkpoints.
     """
 
     def input_fn(params):
         ds = dataset(config, mode, params["batch_size"], _pipeline(params))
-        return _finish(ds, transform, with_labels=mode != ModeKeys.PREDICT)
+        ds = _finish(ds, transform, with_labels=mode != ModeKeys.PREDICT)
+        if checkpoint_position and mode == ModeKeys.TRAIN and not one_process_per_host():
+            # Checkpoints hold the training input's position: a resumed run reads on where the checkpoint stood.
+            ds = input_position.checkpoint_position(ds)
+        return ds
 
     return input_fn
+
+
+def one_process_per_host() -> bool:
+    """Whether `TF_CONFIG` makes this process one of several hosts each building its own graph (then only the
+    chief writes checkpoints, and the other hosts' input positions could not be saved in them)."""
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster") or {}
+    except ValueError:
+        return False
+    return sum(len(tasks) for job, tasks in cluster.items() if job != "ps") > 1
 
 
 def make_file_input_fn(
