@@ -28,6 +28,9 @@ fed by the program's input and by the pool, so that each pair of loops is measur
 and the dense floor (`DENSE_FLOOR`), the program's dense part alone on ours' loop with the embedding activations
 an input, in each pool round: the `evaluate()` and `predict()` rates that no embedding engine can beat.
 
+The report also gives each implementation's spread over the rounds (`spread`): its range and its slowest run
+against its median, of the whole process and of the second `train()`.
+
 Programs are YAML files in `configs/bench/P_*.yaml` (keys = `Program` fields). Run with
 `python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=5`.
 """
