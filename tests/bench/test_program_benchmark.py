@@ -454,3 +454,15 @@ def test_whole_program_a_runs_tiny_without_checkpoints_so_its_second_train_start
     assert run["loop_examples_per_sec"] > 0 and "evaluate" not in run and "predict" not in run
     with pytest.raises(ValueError, match="P_whole_program_a: the overlap .* needs save_checkpoints"):
         pb.run_overlap(p, "ours", str(tmp_path), None, 1)
+
+
+@pytest.mark.upstream
+def test_whole_program_a_runs_tiny_on_upstream_the_same_steps_without_checkpoints(tmp_path):
+    import tensorflow as tf
+
+    p = _tiny_whole_program_a()
+    run = pb.run_program(p, "upstream", str(tmp_path), None)
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None
+    # One step per Session.run: 2, then all 6 steps again.
+    assert run["first_train"]["runs"] == 2 and run["second_train"]["runs"] == 6
+    assert run["loop_examples_per_sec"] > 0
