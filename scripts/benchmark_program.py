@@ -2,6 +2,7 @@
 
 python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=5
 python scripts/benchmark_program.py --program=P_criteo_tfrecord --runs=5 --output_json=/tmp/p.json
+python scripts/benchmark_program.py --program=P_whole_program_a --runs=9 --bounds=false  # issue 38, spread
 python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=3 --ours_source=/tmp/before   # another tree
 python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=0 --bounds=false --overlap_pairs=6  # overlap only
 python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=0 --pool_rounds=3 --dense_floor  # pool + floor

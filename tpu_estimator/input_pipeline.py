@@ -14,7 +14,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from embedding import engine
-from tpu_estimator import _estimator_lib, input_position
+from tpu_estimator import _estimator_lib, dataset_autotune, input_position
 from tpu_estimator.batch_size import check_divisible
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.tpu_config import InputPipelineConfig
@@ -166,6 +166,8 @@ class _Source(object):
         with tf.device(device):
             if _is_dataset(result):
                 _check_not_ragged(*split_features_and_labels(result.element_spec))
+                # No idle autotuner thread to wait for when the session closes (dataset_autotune.py, issue 38).
+                result = dataset_autotune.without_idle_autotune(result)
                 self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
                 self.initializer = self._iterator.initializer
                 self._queue = None

@@ -1,5 +1,6 @@
 """The whole-program benchmark: programs run as processes in turn, ratios per round, the bounds."""
 
+import dataclasses
 import os
 import sys
 
@@ -129,7 +130,9 @@ def test_bounds_only_run_one_pool_round(monkeypatch):
 @pytest.mark.upstream
 def test_tiny_program_runs_as_processes_and_reports_every_phase():
     p = pb.load_program("P_tiny")
-    interpreters = {"ours": pb.Interpreter(sys.executable), "upstream": pb.Interpreter(sys.executable)}
+    # The children import this source tree (a worktree's, not only the installed package).
+    source = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(pb.__file__))))
+    interpreters = {"ours": pb.Interpreter(sys.executable, source), "upstream": pb.Interpreter(sys.executable, source)}
     result = pb.compare(p, 1, interpreters, log=lambda _: None)
     for implementation in pb.IMPLEMENTATIONS:
         run = result["rounds"][0][implementation]
@@ -344,3 +347,122 @@ def test_failed_overlap_and_floor_runs_are_reported_and_bad_arguments_refused(mo
         pb.compare(p, 0, interpreters, bounds=False, dense_floor=True)
     with pytest.raises(ValueError, match=r"pool_rounds \(2\) is for runs=0"):
         pb.compare(p, 1, interpreters, pool_rounds=2)
+
+
+def test_spread_gives_each_implementations_range_and_its_worst_run_against_its_median(monkeypatch):
+    # Issue 38's series 3 as crafted rounds: ours 41.8, 52.5, 34.0 s (median 41.8; worst 52.5 = +26%), upstream
+    # 53.6, 54.4, 54.5 s (median 54.4; worst +0.2%); a fourth round whose ours failed counts for upstream only.
+    walls = iter([41.8, 53.6, 52.5, 54.4, 34.0, 54.5, None, 60.0])
+    seconds = iter([30.0, 45.0, 40.0, 46.0, 24.0, 47.0, None, 50.0])
+
+    def fake_run_child(p, kind, implementation, interpreter, tfrecord_path, timeout=3600):
+        wall, second = next(walls), next(seconds)
+        if wall is None:
+            return {"error": "exit status 1"}
+        result = _fake_result(wall, 100.0, 1.0, 1.0)
+        result["second_train"]["seconds"] = second
+        return result
+
+    monkeypatch.setattr(pb, "run_child", fake_run_child)
+    interpreters = {"ours": pb.Interpreter(sys.executable), "upstream": pb.Interpreter(sys.executable)}
+    result = pb.compare(pb.load_program("P_tiny"), 4, interpreters, bounds=False, log=lambda _: None)
+    wall = result["spread"]["wall time, whole process"]
+    assert wall["ours"]["values"] == [41.8, 52.5, 34.0] and wall["ours"]["median"] == 41.8
+    assert wall["ours"]["worst_over_median"] == pytest.approx(52.5 / 41.8)
+    assert wall["ours"]["best_over_median"] == pytest.approx(34.0 / 41.8)
+    assert wall["upstream"]["values"] == [53.6, 54.4, 54.5, 60.0]
+    assert wall["upstream"]["worst_over_median"] == pytest.approx(60.0 / 54.45)
+    second = result["spread"]["second `train()`"]
+    assert second["ours"]["worst_over_median"] == pytest.approx(40.0 / 30.0)
+    report = pb.markdown(result)
+    assert (
+        "Spread (each implementation's range, and its slowest run against its median): wall time, whole process: "
+        "ours 34.0-52.5 s, worst +26%, upstream 53.6-60.0 s, worst +10%; second `train()`: ours 24.0-40.0 s, "
+        "worst +33%, upstream 45.0-50.0 s, worst +8%." in report
+    )
+    assert pb.spread([]) is None and pb.spread([None]) is None
+
+
+def _tiny_whole_program_a():
+    p = pb.load_program("P_whole_program_a")
+    assert (p.source, p.num_tables, p.rows, p.dim, p.batch_size, p.mlp, p.prefetch) == (
+        "arrays",
+        26,
+        100000,
+        16,
+        1024,
+        [512, 256, 1],
+        4,
+    )
+    assert (p.first_steps, p.total_steps, p.iterations_per_loop, p.per_host_v2, p.save_checkpoints) == (
+        20,
+        320,
+        100,
+        True,
+        False,
+    )
+    return dataclasses.replace(
+        p,
+        num_tables=3,
+        rows=50,
+        dim=2,
+        batch_size=8,
+        mlp=[4, 1],
+        num_dense=2,
+        array_batches=2,
+        first_steps=2,
+        total_steps=6,
+        iterations_per_loop=2,
+    )
+
+
+def test_whole_program_a_input_is_the_workloads_numpy_arrays_as_sparse_ids_plus_one():
+    import tensorflow as tf
+
+    p = _tiny_whole_program_a()
+    # The oracle: the workload's arrays (NumPy, seed 0), examples in order, repeated after array_batches batches.
+    rng = np.random.default_rng(p.seed)
+    n = p.batch_size * p.array_batches
+    ids = (rng.zipf(1.2, size=(n, 3, 1)) - 1) % 50
+    dense = rng.random((n, 2), dtype=np.float32)
+    labels = rng.integers(0, 2, size=(n,)).astype(np.float32)
+    with tf.Graph().as_default():
+        batch = tf.compat.v1.data.make_one_shot_iterator(pb._input_fn(p, None)({"batch_size": 8})).get_next()
+        with tf.compat.v1.Session() as session:
+            for b in (0, 1, 0):  # the third batch is the first again
+                features, got_labels = session.run(batch)
+                rows = slice(b * 8, (b + 1) * 8)
+                for t in range(3):
+                    sparse = features["f%02d" % t]
+                    np.testing.assert_array_equal(sparse.dense_shape, [8, 1])
+                    np.testing.assert_array_equal(sparse.indices, np.stack([np.arange(8), np.zeros(8, int)], 1))
+                    np.testing.assert_array_equal(sparse.values, ids[rows, t, 0] + 1)
+                np.testing.assert_array_equal(features["dense"], dense[rows])
+                np.testing.assert_array_equal(got_labels, labels[rows])
+    assert pb._feature_names(p) == ({"f00": 51, "f01": 51, "f02": 51}, "dense")
+
+
+def test_whole_program_a_runs_tiny_without_checkpoints_so_its_second_train_starts_again(tmp_path):
+    import tensorflow as tf
+
+    p = _tiny_whole_program_a()
+    run = pb.run_program(p, "ours", str(tmp_path), None)
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None
+    # No checkpoint: the second train() runs all 6 steps again, 3 loops of iterations_per_loop 2.
+    assert pb.steps_before_second_train(p) == 0
+    assert run["first_train"]["runs"] == 1 and run["second_train"]["runs"] == 3
+    assert run["loop_examples_per_sec"] > 0 and "evaluate" not in run and "predict" not in run
+    with pytest.raises(ValueError, match="P_whole_program_a: the overlap .* needs save_checkpoints"):
+        pb.run_overlap(p, "ours", str(tmp_path), None, 1)
+
+
+@pytest.mark.upstream
+def test_whole_program_a_runs_tiny_on_upstream_the_same_steps_without_checkpoints(tmp_path):
+    import tensorflow as tf
+
+    p = _tiny_whole_program_a()
+    run = pb.run_program(p, "upstream", str(tmp_path), None)
+    assert tf.train.latest_checkpoint(str(tmp_path)) is None
+    # One step per Session.run: 2, then all 6 steps again.
+    assert run["first_train"]["runs"] == 2 and run["second_train"]["runs"] == 6
+    assert run["loop_examples_per_sec"] > 0

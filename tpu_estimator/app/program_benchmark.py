@@ -28,6 +28,9 @@ fed by the program's input and by the pool, so that each pair of loops is measur
 and the dense floor (`DENSE_FLOOR`), the program's dense part alone on ours' loop with the embedding activations
 an input, in each pool round: the `evaluate()` and `predict()` rates that no embedding engine can beat.
 
+The report also gives each implementation's spread over the rounds (`spread`): its range and its slowest run
+against its median, of the whole process and of the second `train()`.
+
 Programs are YAML files in `configs/bench/P_*.yaml` (keys = `Program` fields). Run with
 `python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=5`.
 """
@@ -48,6 +51,7 @@ import yaml
 
 PROGRAM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "bench")
 IMPLEMENTATIONS = ("ours", "upstream")
+SOURCES = ("synthetic", "arrays", "tfrecord")
 # The program's dense part alone, on ours' loop, with the embedding activations an input (`dense_floor_input_fn`).
 DENSE_FLOOR = "dense_floor"
 ACTIVATIONS_KEY = "embedding_activations"
@@ -60,17 +64,21 @@ class Program:
     Attributes:
       name: the program's name (its file is `configs/bench/<name>.yaml`).
       description: one line for reports.
-      source: 'synthetic' (Zipf ids generated in the process, sparse features in `tf.data`) or 'tfrecord'
-        (synthetic Criteo TFRecord files written before the rounds, read by the package's Criteo reader).
-      num_tables: tables, one sparse feature each ('synthetic'; 'tfrecord' has Criteo's 26).
+      source: 'synthetic' (Zipf ids generated in the process, sparse features in `tf.data`), 'arrays' (as a user
+        writes it, `../shared/bench/whole_program_a.py`: `array_batches` batches of NumPy Zipf ids in memory,
+        `from_tensor_slices`, a per-example `map`, `repeat`, `batch`, then `tf.sparse.from_dense` of the ids + 1 per
+        feature) or 'tfrecord' (synthetic Criteo TFRecord files written before the rounds, read by the package's
+        Criteo reader).
+      num_tables: tables, one sparse feature each ('synthetic', 'arrays'; 'tfrecord' has Criteo's 26).
       rows: rows per table (for 'tfrecord': the largest hash-bucket count).
       dim: embedding width.
       batch_size: global batch size.
       mlp: hidden units then output units (last must be 1).
-      num_dense: float inputs beside the embeddings ('synthetic'; 'tfrecord' has Criteo's 13).
-      zipf_exponent: power-law exponent of the ids' frequencies.
+      num_dense: float inputs beside the embeddings ('synthetic', 'arrays'; 'tfrecord' has Criteo's 13).
+      zipf_exponent: power-law exponent of the ids' frequencies ('arrays': NumPy's `zipf`, above 1).
+      array_batches: batches of examples an 'arrays' program holds in memory and repeats.
       tfrecord_examples: examples written for 'tfrecord' (read repeatedly).
-      prefetch: the dataset's `prefetch` buffer ('synthetic'; the reader uses AUTOTUNE).
+      prefetch: the dataset's `prefetch` buffer ('synthetic', 'arrays'; the reader uses AUTOTUNE).
       first_steps: `max_steps` of the first `train()`.
       total_steps: `max_steps` of the second `train()`.
       eval_steps: `evaluate(steps=...)` after training (AUC and loss); 0 skips it.
@@ -82,6 +90,11 @@ class Program:
         trains on (`total_steps`), so that no batch repeats: a few batches cycled keep the same table rows in the
         CPU caches and overstate the bound (P_dlrm_zipf: 8 batches cycled ran 10% faster than 320 distinct ones).
       seed: data seed.
+      save_checkpoints: False runs both implementations with `RunConfig(save_checkpoints_steps=None,
+        save_checkpoints_secs=None)`, as whole_program_a.py does: no checkpoint, so the second `train()` starts
+        from step 0 again and runs `total_steps` steps; True keeps the Estimator's default cadence.
+      log_step_count_steps: `RunConfig.log_step_count_steps` of both.
+      per_host_v2: ours only: `per_host_input_for_training=PER_HOST_V2` (else `TPUConfig`'s default).
     """
 
     name: str
@@ -105,10 +118,16 @@ class Program:
     learning_rate: float = 0.05
     compute_pool_batches: int = 0
     seed: int = 0
+    array_batches: int = 16
+    save_checkpoints: bool = True
+    log_step_count_steps: int = 100
+    per_host_v2: bool = False
 
     def __post_init__(self):
-        if self.source not in ("synthetic", "tfrecord"):
-            raise ValueError(f"program {self.name}: source must be 'synthetic' or 'tfrecord', got {self.source!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"program {self.name}: source must be one of {SOURCES}, got {self.source!r}")
+        if self.source == "arrays" and not (self.zipf_exponent > 1 and self.array_batches >= 1):
+            raise ValueError(f"program {self.name}: an 'arrays' source needs zipf_exponent > 1 and array_batches >= 1")
         if not 0 < self.first_steps < self.total_steps:
             raise ValueError(f"program {self.name}: need 0 < first_steps < total_steps")
         if self.mlp[-1] != 1:
@@ -183,6 +202,37 @@ def _synthetic_input_fn(p: Program) -> Callable:
     return input_fn
 
 
+def _arrays_input_fn(p: Program) -> Callable:
+    """The input of `../shared/bench/whole_program_a.py`: NumPy arrays of `array_batches` batches (Zipf ids modulo
+    `rows`, uniform dense inputs, 0/1 labels), sliced per example, mapped into one feature per table, repeated,
+    batched, and each feature made a `[B, 1]` SparseTensor of its ids + 1 (so that id 0 is not dropped)."""
+    import tensorflow as tf
+
+    names = ["f%02d" % t for t in range(p.num_tables)]
+
+    def input_fn(params):
+        batch_size = params["batch_size"]
+        rng = np.random.default_rng(p.seed)
+        n = batch_size * p.array_batches
+        ids = (rng.zipf(p.zipf_exponent, size=(n, p.num_tables, 1)) - 1) % p.rows
+        dense = rng.random((n, p.num_dense), dtype=np.float32)
+        labels = rng.integers(0, 2, size=(n,)).astype(np.float32)
+
+        def to_features(i, d, label):
+            return dict(zip(names, tf.unstack(i, p.num_tables)), dense=d), label
+
+        def sparsify(features, label):
+            out = {name: tf.sparse.from_dense(tf.cast(features[name], tf.int64) + 1) for name in names}
+            if p.num_dense:
+                out["dense"] = features["dense"]
+            return out, label
+
+        dataset = tf.data.Dataset.from_tensor_slices((ids, dense, labels)).map(to_features)
+        return dataset.repeat().batch(batch_size, drop_remainder=True).map(sparsify).prefetch(p.prefetch)
+
+    return input_fn
+
+
 def write_tfrecords(p: Program, directory: str) -> str:
     """Writes the synthetic Criteo TFRecord file of a 'tfrecord' program; returns its path."""
     from tpu_estimator.app import data_command
@@ -214,7 +264,8 @@ def _feature_names(p: Program):
 
         sizes = schema.criteo_cardinalities(p.rows)
         return dict(zip(criteo.CATEGORICAL_FEATURE_NAMES, sizes)), criteo.DENSE_FEATURE_NAME
-    return {"f%02d" % t: p.rows for t in range(p.num_tables)}, ("dense" if p.num_dense else None)
+    buckets = p.rows + 1 if p.source == "arrays" else p.rows  # 'arrays' ids are shifted by one
+    return {"f%02d" % t: buckets for t in range(p.num_tables)}, ("dense" if p.num_dense else None)
 
 
 def _model_fn(p: Program, columns, dense_key: Optional[str], spec_cls, cross_shard):
@@ -248,6 +299,14 @@ def _model_fn(p: Program, columns, dense_key: Optional[str], spec_cls, cross_sha
     return model_fn
 
 
+def _run_config_args(p: Program) -> Dict[str, Any]:
+    """The `RunConfig` arguments both implementations get beside `model_dir`."""
+    args: Dict[str, Any] = {"log_step_count_steps": p.log_step_count_steps}
+    if not p.save_checkpoints:
+        args.update(save_checkpoints_steps=None, save_checkpoints_secs=None)
+    return args
+
+
 def _estimator(p: Program, implementation: str, model_dir: str):
     import tensorflow as tf
 
@@ -263,13 +322,15 @@ def _estimator(p: Program, implementation: str, model_dir: str):
         )
         return up.TPUEstimator(
             model_fn=_model_fn(p, columns, dense_key, up.TPUEstimatorSpec, None),
-            config=up.RunConfig(model_dir=model_dir),
+            config=up.RunConfig(model_dir=model_dir, **_run_config_args(p)),
             use_tpu=False,
             embedding_config_spec=spec,
             **batch_sizes,
         )
     import tpu_estimator as te
     from tpu_estimator import experimental as tex
+
+    per_host = {"per_host_input_for_training": te.InputPipelineConfig.PER_HOST_V2} if p.per_host_v2 else {}
 
     if implementation == DENSE_FLOOR:
         columns, embedding = None, {}  # The activations are an input: no tables.
@@ -282,7 +343,8 @@ def _estimator(p: Program, implementation: str, model_dir: str):
         model_fn=_model_fn(p, columns, dense_key, te.TPUEstimatorSpec, te.CrossShardOptimizer),
         config=te.RunConfig(
             model_dir=model_dir,
-            tpu_config=te.TPUConfig(iterations_per_loop=p.iterations_per_loop, num_shards=p.shards),
+            tpu_config=te.TPUConfig(iterations_per_loop=p.iterations_per_loop, num_shards=p.shards, **per_host),
+            **_run_config_args(p),
         ),
         use_tpu=True,
         **embedding,
@@ -291,7 +353,9 @@ def _estimator(p: Program, implementation: str, model_dir: str):
 
 
 def _input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
-    return _tfrecord_input_fn(p, tfrecord_path) if p.source == "tfrecord" else _synthetic_input_fn(p)
+    if p.source == "tfrecord":
+        return _tfrecord_input_fn(p, tfrecord_path)
+    return _arrays_input_fn(p) if p.source == "arrays" else _synthetic_input_fn(p)
 
 
 def dense_floor_input_fn(p: Program, tfrecord_path: Optional[str]) -> Callable:
@@ -365,6 +429,11 @@ class _RunTimes(object):
         return None if self.ended is None else call_end - self.ended
 
 
+def steps_before_second_train(p: Program) -> int:
+    """The global step the second `train()` starts from: the first's last, or 0 without checkpoints."""
+    return p.first_steps if p.save_checkpoints else 0
+
+
 def _train_phase(estimator, input_fn, max_steps: int, previous_steps: int, batch_size: int) -> Dict[str, float]:
     """One `train()` call: its duration, time to session and to first step, and its loop rate after the first run."""
     times = _RunTimes()
@@ -402,7 +471,7 @@ def run_program(p: Program, implementation: str, model_dir: str, tfrecord_path: 
     input_fn = _input_fn(p, tfrecord_path)
     estimator = _estimator(p, implementation, model_dir)
     first = _train_phase(estimator, input_fn, p.first_steps, 0, p.batch_size)
-    second = _train_phase(estimator, input_fn, p.total_steps, p.first_steps, p.batch_size)
+    second = _train_phase(estimator, input_fn, p.total_steps, steps_before_second_train(p), p.batch_size)
     out = {
         "seconds_import": imported - start,
         "first_train": first,
@@ -523,10 +592,12 @@ def run_overlap(
       at.
 
     Raises:
-      ValueError: `pairs` is below 1.
+      ValueError: `pairs` is below 1, or the program saves no checkpoints.
     """
     if pairs < 1:
         raise ValueError(f"overlap pairs must be at least 1, got {pairs}")
+    if not p.save_checkpoints:
+        raise ValueError(f"program {p.name}: the overlap continues training across calls; it needs save_checkpoints")
     input_fn = _input_fn(p, tfrecord_path)
     feeds = {"program": input_fn, "pool": _filled_pool(p, input_fn, model_dir)}
     estimator = _estimator(p, implementation, os.path.join(model_dir, "model"))
@@ -572,7 +643,7 @@ def run_compute_only(p: Program, implementation: str, model_dir: str, tfrecord_p
     pooled_input_fn = _filled_pool(p, input_fn, model_dir)
     estimator = _estimator(p, implementation, model_dir)
     _train_phase(estimator, pooled_input_fn, p.first_steps, 0, p.batch_size)  # as the program: setup, then measure
-    second = _train_phase(estimator, pooled_input_fn, p.total_steps, p.first_steps, p.batch_size)
+    second = _train_phase(estimator, pooled_input_fn, p.total_steps, steps_before_second_train(p), p.batch_size)
     out = {"examples_per_sec": second.get("loop_examples_per_sec"), "loop_cores_busy": second.get("loop_cores_busy")}
     if p.eval_steps:
         times = _RunTimes()
@@ -701,6 +772,45 @@ def summary(values: Sequence[Optional[float]]) -> Optional[Dict[str, float]]:
     return {"median": statistics.median(good), "min": min(good), "max": max(good), "values": good}
 
 
+# Spread figures: per implementation, a figure of each complete run (seconds: the slowest is the worst).
+SPREAD_FIGURES = (
+    ("wall time, whole process", lambda r: r["wall_seconds"]),
+    ("second `train()`", lambda r: r["second_train"]["seconds"]),
+)
+
+
+def spread(values: Sequence[Optional[float]]) -> Optional[Dict[str, float]]:
+    """How far a run can be from the typical one: `summary(values)` plus `worst_over_median` (the slowest over the
+    median, e.g. 1.08: the worst run took 8% longer than the median one) and `best_over_median`; None when empty.
+
+    Args:
+      values: seconds of each run (None for a run without the figure, left out).
+    """
+    stats = summary(values)
+    if stats is None:
+        return None
+    return dict(
+        stats, worst_over_median=stats["max"] / stats["median"], best_over_median=stats["min"] / stats["median"]
+    )
+
+
+def spreads(rounds: List[Dict[str, Dict[str, Any]]]) -> Dict[str, Dict[str, Optional[Dict[str, float]]]]:
+    """`{figure: {implementation: spread}}` over the rounds, each implementation's runs without an error."""
+    return {
+        label: {
+            i: spread([get(rr[i]) for rr in rounds if "error" not in rr.get(i, {"error": 1})]) for i in IMPLEMENTATIONS
+        }
+        for label, get in SPREAD_FIGURES
+    }
+
+
+def spread_cell(stats: Optional[Dict[str, float]]) -> str:
+    """`34.1-37.9 s, worst +6%` for a spread of seconds."""
+    if stats is None:
+        return "-"
+    return f"{stats['min']:.1f}-{stats['max']:.1f} s, worst {stats['worst_over_median'] - 1:+.0%}"
+
+
 def compare(
     p: Program,
     runs: int,
@@ -801,7 +911,7 @@ def _compare_in_turn(
             ]
         ),
     }
-    result = {"program": dataclasses.asdict(p), "rounds": rounds, "ratios": ratios}
+    result = {"program": dataclasses.asdict(p), "rounds": rounds, "ratios": ratios, "spread": spreads(rounds)}
     if bounds:
         result["compute_rounds"] = compute_rounds
         result["bounds"] = {"input": run_child(p, "input", "ours", interpreters["ours"], tfrecord_path)}
@@ -944,6 +1054,15 @@ def markdown(result: Dict[str, Any]) -> str:
         f"`predict()` upstream / ours {cell(ratios['predict_upstream_over_ours'], '{:.2f}')} (without the close: "
         f"{cell(ratios.get('predict_to_hooks_end_upstream_over_ours'), '{:.2f}')}).",
     ]
+    spread_by_figure = result.get("spread") or spreads(rounds)
+    lines.append(
+        "Spread (each implementation's range, and its slowest run against its median): "
+        + "; ".join(
+            f"{label}: ours {spread_cell(by_impl['ours'])}, upstream {spread_cell(by_impl['upstream'])}"
+            for label, by_impl in spread_by_figure.items()
+        )
+        + "."
+    )
     bounds = result.get("bounds")
     if bounds:
         compute_rounds = result["compute_rounds"]
