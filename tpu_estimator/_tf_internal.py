@@ -545,3 +545,13 @@ def module_wrapper_remove(wrapper: Any, name: str) -> None:
     wrapper.__dict__.pop(name, None)
     if wrapper._fastdict_key_in(name):
         wrapper._fastdict_pop(name)
+
+
+def dataset_variant(dataset: Any) -> Optional[tf.Tensor]:
+    """The variant tensor a graph-mode `tf.data.Dataset` is built on (None when it has none)."""
+    return getattr(dataset, "_variant_tensor", None)
+
+
+def iterator_resource(iterator: Any) -> tf.Tensor:
+    """The resource handle of a TF1 `tf.compat.v1.data.Iterator` (for `SerializeIterator`/`DeserializeIterator`)."""
+    return iterator._iterator_resource

@@ -22,6 +22,8 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.framework import dataset_options_pb2
 
+from tpu_estimator import _tf_internal
+
 # Dataset ops whose argument of this name takes `tf.data.AUTOTUNE` (-1).
 _AUTOTUNE_ARGUMENTS = ("num_parallel_calls", "buffer_size", "cycle_length", "block_length", "num_parallel_batches")
 # Op types the autotuner tunes or puts a prefetch after, even with fixed arguments; and ops whose functions build
@@ -39,7 +41,7 @@ def has_work_for_autotune(dataset: Any) -> bool:
       False only for pipelines written with sequential transformations and fixed arguments whose options leave
       autotuning at its default; True otherwise (including any dataset this check cannot read).
     """
-    variant = getattr(dataset, "_variant_tensor", None)
+    variant = _tf_internal.dataset_variant(dataset)
     if variant is None or not hasattr(variant, "op"):
         return True
     seen, stack = set(), [variant.op]

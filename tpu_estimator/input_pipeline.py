@@ -166,7 +166,7 @@ class _Source(object):
         with tf.device(device):
             if _is_dataset(result):
                 _check_not_ragged(*split_features_and_labels(result.element_spec))
-                # No idle autotuner thread to wait for when the session closes (dataset_autotune.py, issue 38).
+                # No idle autotuner thread to wait for when the session closes (dataset_autotune.py).
                 result = dataset_autotune.without_idle_autotune(result)
                 self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
                 self.initializer = self._iterator.initializer

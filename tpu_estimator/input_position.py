@@ -70,13 +70,15 @@ def is_marked(dataset: Any) -> bool:
 
 def _serialize(iterator) -> tf.Tensor:
     return tf.raw_ops.SerializeIterator(
-        resource_handle=iterator._iterator_resource, external_state_policy=_IGNORE_EXTERNAL_STATE
+        resource_handle=_tf_internal.iterator_resource(iterator), external_state_policy=_IGNORE_EXTERNAL_STATE
     )
 
 
 def _copy(destination, source) -> tf.Operation:
     """Sets `destination` (an initialized iterator of the same dataset) to where `source` stands."""
-    return tf.raw_ops.DeserializeIterator(resource_handle=destination._iterator_resource, serialized=_serialize(source))
+    return tf.raw_ops.DeserializeIterator(
+        resource_handle=_tf_internal.iterator_resource(destination), serialized=_serialize(source)
+    )
 
 
 def _local_variable(name: str, value) -> tf.Variable:
@@ -99,7 +101,7 @@ class _PositionSaveable(_tf_internal.SaveableObject):
                 lambda: position.save_tensors()[1], "", name + "/skip", dtype=tf.int64, device=position.device
             ),
         ]
-        super().__init__(position.base._iterator_resource, specs, name)
+        super().__init__(_tf_internal.iterator_resource(position.base), specs, name)
 
     def restore(self, restored_tensors, restored_shapes):
         del restored_shapes
@@ -108,7 +110,8 @@ class _PositionSaveable(_tf_internal.SaveableObject):
         with tf.device(position.device):
             with tf.control_dependencies([position.base.initializer]):
                 restore_base = tf.raw_ops.DeserializeIterator(
-                    resource_handle=position.base._iterator_resource, serialized=tf.io.parse_tensor(state, tf.variant)
+                    resource_handle=_tf_internal.iterator_resource(position.base),
+                    serialized=tf.io.parse_tensor(state, tf.variant),
                 )
             return tf.group(restore_base, position.skip.assign(skip))
 
@@ -222,7 +225,7 @@ class InputPosition(object):
         # Built here, in the branch: a control input on the iterator's own initializer (built outside) would run
         # it whichever branch is taken.
         dataset = self.base.initializer.inputs[0]
-        initialized = tf.raw_ops.MakeIterator(dataset=dataset, iterator=self.base._iterator_resource)
+        initialized = tf.raw_ops.MakeIterator(dataset=dataset, iterator=_tf_internal.iterator_resource(self.base))
         with tf.control_dependencies([initialized]):
             return tf.constant(0, tf.int64)
 

@@ -65,7 +65,7 @@ class Program:
       name: the program's name (its file is `configs/bench/<name>.yaml`).
       description: one line for reports.
       source: 'synthetic' (Zipf ids generated in the process, sparse features in `tf.data`), 'arrays' (as a user
-        writes it, `../shared/bench/whole_program_a.py`: `array_batches` batches of NumPy Zipf ids in memory,
+        writes it, workload A: `array_batches` batches of NumPy Zipf ids in memory,
         `from_tensor_slices`, a per-example `map`, `repeat`, `batch`, then `tf.sparse.from_dense` of the ids + 1 per
         feature) or 'tfrecord' (synthetic Criteo TFRecord files written before the rounds, read by the package's
         Criteo reader).
@@ -203,7 +203,7 @@ def _synthetic_input_fn(p: Program) -> Callable:
 
 
 def _arrays_input_fn(p: Program) -> Callable:
-    """The input of `../shared/bench/whole_program_a.py`: NumPy arrays of `array_batches` batches (Zipf ids modulo
+    """The input of workload A as its user wrote it: NumPy arrays of `array_batches` batches (Zipf ids modulo
     `rows`, uniform dense inputs, 0/1 labels), sliced per example, mapped into one feature per table, repeated,
     batched, and each feature made a `[B, 1]` SparseTensor of its ids + 1 (so that id 0 is not dropped)."""
     import tensorflow as tf
