@@ -176,7 +176,8 @@ def make_input_fn(
     def input_fn(params):
         ds = dataset(config, mode, params["batch_size"], _pipeline(params))
         ds = _finish(ds, transform, with_labels=mode != ModeKeys.PREDICT)
-        if checkpoint_position and mode == ModeKeys.TRAIN and not one_process_per_host():
+        # Eagerly (the input_fn called by hand to look at its batches) there is no graph and no checkpoint to mark.
+        if checkpoint_position and mode == ModeKeys.TRAIN and not one_process_per_host() and not tf.executing_eagerly():
             # Checkpoints hold the training input's position: a resumed run reads on where the checkpoint stood.
             ds = input_position.checkpoint_position(ds)
         return ds
