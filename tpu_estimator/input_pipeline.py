@@ -607,10 +607,12 @@ def checked_finite(per_replica: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
     A NaN or Inf in the input would otherwise surface as a non-finite gradient (of an embedding table, a weight) or
     loss, blamed on the model; this check names the feature or label instead: InvalidArgumentError
     `Non-finite training input features['dense'] (from input_fn): Tensor had NaN values`. It is one sum per
-    floating tensor and one conditional per step (`embedding.engine.check_all_finite`), on the host that read the
+    floating tensor and one conditional per step and host (`embedding.engine.check_all_finite`), on the host that read the
     input.
     """
-    groups: dict = {}
+    # One check per device the input was read on (each host's CPU on a cluster): no host's input crosses the
+    # network to be checked.
+    groups: dict = {}  # device -> path -> tensors
     seen = set()
     for features, labels in per_replica:
         if isinstance(features, dict):  # a host batch every replica of the host shares is named by its key
@@ -619,13 +621,18 @@ def checked_finite(per_replica: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
             tensor = value.values if isinstance(value, tf.SparseTensor) else value
             if isinstance(tensor, tf.Tensor) and tensor.dtype.is_floating and id(tensor) not in seen:
                 seen.add(id(tensor))
-                groups.setdefault(path, []).append(tensor)
+                groups.setdefault(tensor.device, {}).setdefault(path, []).append(tensor)
     if not groups:
         return per_replica
-    with tf.device(next(iter(groups.values()))[0].device or None):
-        gate = engine.check_all_finite(
-            [(tensors, "Non-finite training input {} (from input_fn)".format(path)) for path, tensors in groups.items()]
-        )
+    gates = {}
+    for device, paths in groups.items():
+        with tf.device(device or None):
+            gates[device] = engine.check_all_finite(
+                [
+                    (tensors, "Non-finite training input {} (from input_fn)".format(path))
+                    for path, tensors in paths.items()
+                ]
+            )
 
     gated: dict = {}  # id(object) -> gated object: one gated copy of a value that replicas share
 
@@ -634,10 +641,10 @@ def checked_finite(per_replica: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
             return gated[id(value)]
         result = value
         if isinstance(value, tf.SparseTensor) and value.values.dtype.is_floating:
-            with tf.control_dependencies([gate]):
+            with tf.device(value.values.device or None), tf.control_dependencies([gates[value.values.device]]):
                 result = tf.SparseTensor(value.indices, tf.identity(value.values), value.dense_shape)
         elif isinstance(value, tf.Tensor) and value.dtype.is_floating:
-            with tf.control_dependencies([gate]):
+            with tf.device(value.device or None), tf.control_dependencies([gates[value.device]]):
                 result = tf.identity(value)
         elif isinstance(value, WholeHostBatch):
             inner = gate_leaf(value.tensor)
