@@ -40,7 +40,10 @@ def _run(model_dir, num_hosts, num_shards, strategy, steps=STEPS):
         return
     out = io.StringIO()
     codes = hosts.run_hosts(command, num_hosts, grace_secs=RUN_TIMEOUT_SECS, env=_env(), out=out)
-    assert codes == [0] * num_hosts, out.getvalue()[-4000:]
+    # On failure, the end of every host's output (the first host to fail says why the others did).
+    lines = out.getvalue().splitlines()
+    tails = ["\n".join([l for l in lines if l.startswith("[host {}]".format(h))][-25:]) for h in range(num_hosts)]
+    assert codes == [0] * num_hosts, "\n".join(tails)
 
 
 def _checkpoint(model_dir):
