@@ -7,8 +7,6 @@ on its CPU, each shard's update made once per unique id of the global batch by t
 makes the other host fail within 60 s naming it, and the restarted job ends where an uninterrupted one ends.
 """
 
-import io
-import json
 import os
 import subprocess
 import sys
@@ -18,41 +16,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.cluster import host_embedding_program
-from tests.cluster.local_cluster import worker_env
+from tests.cluster import host_embedding_program, host_jobs
 from tpu_estimator.app import hosts
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "host_embedding_program.py")
 STEPS = 6
-RUN_TIMEOUT_SECS = 240
-
-
-def _env():
-    env = worker_env()
-    env["TF_USE_LEGACY_KERAS"] = "1"  # the program's tf.compat.v1.layers on TF 2.16+
-    return env
 
 
 def _run(model_dir, num_hosts, num_shards, strategy, steps=STEPS):
-    command = [sys.executable, PROGRAM, str(model_dir), str(num_shards), str(steps), strategy]
-    if num_hosts == 1:
-        subprocess.run(command, env=_env(), check=True, timeout=RUN_TIMEOUT_SECS, capture_output=True)
-        return
-    out = io.StringIO()
-    codes = hosts.run_hosts(command, num_hosts, grace_secs=RUN_TIMEOUT_SECS, env=_env(), out=out)
-    # On failure, the end of every host's output (the first host to fail says why the others did).
-    lines = out.getvalue().splitlines()
-    tails = ["\n".join([l for l in lines if l.startswith("[host {}]".format(h))][-25:]) for h in range(num_hosts)]
-    assert codes == [0] * num_hosts, "\n".join(tails)
-
-
-def _checkpoint(model_dir):
-    path = tf.train.latest_checkpoint(str(model_dir))
-    return {name: tf.train.load_variable(path, name) for name, _ in tf.train.list_variables(path)}
-
-
-def _results(model_dir, num_hosts):
-    return [json.load(open(os.path.join(model_dir, "result_host{}.json".format(h)))) for h in range(num_hosts)]
+    host_jobs.run_program(PROGRAM, [model_dir, num_shards, steps, strategy], num_hosts)
 
 
 @pytest.mark.parametrize("num_hosts,shards_per_host,strategy", [(2, 2, "div"), (3, 1, "mod"), (4, 1, "div")])
@@ -63,7 +35,7 @@ def test_tables_sharded_over_host_processes_train_evaluate_and_predict_as_one_ho
     _run(tmp_path / "one", 1, num_shards, strategy)
     _run(tmp_path / "many", num_hosts, num_shards, strategy)
 
-    expected, got = _checkpoint(tmp_path / "one"), _checkpoint(tmp_path / "many")
+    expected, got = host_jobs.checkpoint_values(tmp_path / "one"), host_jobs.checkpoint_values(tmp_path / "many")
     assert set(got) == set(expected)
     assert got["global_step"] == STEPS
     for name in expected:
@@ -75,8 +47,8 @@ def test_tables_sharded_over_host_processes_train_evaluate_and_predict_as_one_ho
         for slot in [n for n in expected if n.startswith(table + "/")]:
             assert np.abs(got[slot]).max() > 0, slot
 
-    (one,) = _results(tmp_path / "one", 1)
-    many = _results(tmp_path / "many", num_hosts)
+    (one,) = host_jobs.host_results(tmp_path / "one", 1)
+    many = host_jobs.host_results(tmp_path / "many", num_hosts)
     for result in many:
         for key, value in one["metrics"].items():
             assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
@@ -97,10 +69,10 @@ def test_a_killed_chief_fails_the_other_host_within_60s_and_the_job_resumes(tmp_
         log = open(tmp_path / "host{}.log".format(host), "w")
         logs.append(log)
         command = [sys.executable, PROGRAM, str(model_dir), "4", str(steps), "div", "0.2"]
-        env = dict(_env(), TF_CONFIG=hosts.host_tf_config(addresses, host))
+        env = dict(host_jobs.program_env(), TF_CONFIG=hosts.host_tf_config(addresses, host))
         processes.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
     try:
-        deadline = time.time() + RUN_TIMEOUT_SECS
+        deadline = time.time() + host_jobs.RUN_TIMEOUT_SECS
         while time.time() < deadline and not (model_dir / "model.ckpt-4.index").exists():
             assert processes[1].poll() is None, open(tmp_path / "host1.log").read()[-3000:]
             time.sleep(0.2)
@@ -124,7 +96,7 @@ def test_a_killed_chief_fails_the_other_host_within_60s_and_the_job_resumes(tmp_
     assert 4 <= resumed_from < steps
     _run(model_dir, 2, 4, "div", steps)
     _run(tmp_path / "uninterrupted", 1, 4, "div", steps)
-    got, expected = _checkpoint(model_dir), _checkpoint(tmp_path / "uninterrupted")
+    got, expected = host_jobs.checkpoint_values(model_dir), host_jobs.checkpoint_values(tmp_path / "uninterrupted")
     assert got["global_step"] == steps
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)

@@ -6,8 +6,6 @@ The program is `tests/cluster/host_program.py`, run unchanged on 1 host (no `TF_
 fresh process, so nothing of TensorFlow's process state carries over.
 """
 
-import io
-import json
 import os
 import subprocess
 import sys
@@ -17,52 +15,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.cluster import host_program
-from tests.cluster.local_cluster import worker_env
+from tests.cluster import host_jobs, host_program
 from tpu_estimator.app import hosts
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "host_program.py")
 STEPS = 6
-RUN_TIMEOUT_SECS = 240
-
-
-def _env():
-    env = worker_env()
-    env["TF_USE_LEGACY_KERAS"] = "1"  # the program's tf.compat.v1.layers on TF 2.16+
-    return env
 
 
 def _one_host(model_dir, num_shards, steps=STEPS):
-    subprocess.run(
-        [sys.executable, PROGRAM, str(model_dir), str(num_shards), str(steps)],
-        env=_env(),
-        check=True,
-        timeout=RUN_TIMEOUT_SECS,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    host_jobs.run_program(PROGRAM, [model_dir, num_shards, steps], 1)
 
 
 def _hosts(model_dir, num_hosts, num_shards, steps=STEPS):
-    out = io.StringIO()
-    codes = hosts.run_hosts(
-        [sys.executable, PROGRAM, str(model_dir), str(num_shards), str(steps)],
-        num_hosts,
-        grace_secs=RUN_TIMEOUT_SECS,
-        env=_env(),
-        out=out,
-    )
-    assert codes == [0] * num_hosts, out.getvalue()[-4000:]
-    return out.getvalue()
-
-
-def _checkpoint(model_dir):
-    path = tf.train.latest_checkpoint(str(model_dir))
-    return {name: tf.train.load_variable(path, name) for name, _ in tf.train.list_variables(path)}
-
-
-def _results(model_dir, num_hosts):
-    return [json.load(open(os.path.join(model_dir, "result_host{}.json".format(h)))) for h in range(num_hosts)]
+    host_jobs.run_program(PROGRAM, [model_dir, num_shards, steps], num_hosts)
 
 
 @pytest.mark.parametrize("num_hosts,shards_per_host", [(2, 2), (3, 1)])
@@ -71,14 +36,14 @@ def test_hosts_in_processes_of_their_own_equal_one_host(tmp_path, num_hosts, sha
     _one_host(tmp_path / "one", num_shards)
     _hosts(tmp_path / "many", num_hosts, num_shards)
 
-    expected, got = _checkpoint(tmp_path / "one"), _checkpoint(tmp_path / "many")
+    expected, got = host_jobs.checkpoint_values(tmp_path / "one"), host_jobs.checkpoint_values(tmp_path / "many")
     assert set(got) == set(expected)
     assert got["global_step"] == STEPS
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
-    (one,) = _results(tmp_path / "one", 1)
-    many = _results(tmp_path / "many", num_hosts)
+    (one,) = host_jobs.host_results(tmp_path / "one", 1)
+    many = host_jobs.host_results(tmp_path / "many", num_hosts)
     assert [r["is_chief"] for r in many] == [True] + [False] * (num_hosts - 1)
     for result in many:  # every host reports the job's metrics: replica 0's loss, every host's rows
         for key, value in one["metrics"].items():
@@ -112,7 +77,7 @@ def test_a_killed_host_fails_the_others_within_60s_and_the_job_resumes(tmp_path,
     model_dir, steps, num_shards = tmp_path / "job", 40, 2
     survivor = 1 - killed
     addresses = hosts.loopback_addresses(2)
-    env = _env()
+    env = host_jobs.program_env()
     logs, processes = [], []
     for host in range(2):
         host_env = dict(env, TF_CONFIG=hosts.host_tf_config(addresses, host))
@@ -121,7 +86,7 @@ def test_a_killed_host_fails_the_others_within_60s_and_the_job_resumes(tmp_path,
         command = [sys.executable, PROGRAM, str(model_dir), str(num_shards), str(steps), "0.2", "20000"]
         processes.append(subprocess.Popen(command, env=host_env, stdout=log, stderr=subprocess.STDOUT))
     try:
-        deadline = time.time() + RUN_TIMEOUT_SECS
+        deadline = time.time() + host_jobs.RUN_TIMEOUT_SECS
         while time.time() < deadline and not (model_dir / "model.ckpt-4.index").exists():
             assert processes[survivor].poll() is None, open(tmp_path / "host{}.log".format(survivor)).read()[-3000:]
             time.sleep(0.2)
@@ -145,7 +110,7 @@ def test_a_killed_host_fails_the_others_within_60s_and_the_job_resumes(tmp_path,
     assert 4 <= resumed_from < steps
     _hosts(model_dir, 2, num_shards, steps)
     _one_host(tmp_path / "uninterrupted", num_shards, steps)
-    got, expected = _checkpoint(model_dir), _checkpoint(tmp_path / "uninterrupted")
+    got, expected = host_jobs.checkpoint_values(model_dir), host_jobs.checkpoint_values(tmp_path / "uninterrupted")
     assert got["global_step"] == steps
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
