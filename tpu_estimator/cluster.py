@@ -429,6 +429,17 @@ def fault_error(cluster: Cluster, what: str, error: Exception) -> ClusterError:
 
 # Errors by which TensorFlow's runtime reports a lost or slow task.
 FAULT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
+# A collective's lost peer can also come as an InternalError: TensorFlow replaces the UnavailableError of a
+# non-communication op after an aborted collective ("... originally returned UnavailableError, and was replaced by
+# InternalError ...", "Collective ops is aborted by: failed to connect to all addresses").
+_LOST_TASK_IN_INTERNAL_ERROR = ("originally returned UnavailableError", "Collective ops is aborted by")
+
+
+def is_fault(error: Exception) -> bool:
+    """Whether `error` is how TensorFlow's runtime reports a lost or slow task."""
+    if isinstance(error, FAULT_ERRORS):
+        return True
+    return isinstance(error, tf.errors.InternalError) and any(s in str(error) for s in _LOST_TASK_IN_INTERNAL_ERROR)
 
 
 @contextlib.contextmanager
@@ -448,7 +459,9 @@ def reporting_faults(cluster: Optional[Cluster], what: str) -> Iterator[None]:
             _tf_internal.bounded_remote_session_close(SESSION_CLOSE_TIMEOUT_SECS),
         ):
             yield
-    except FAULT_ERRORS as error:
+    except tf.errors.OpError as error:
+        if not is_fault(error):
+            raise
         raise fault_error(cluster, what, error) from error
 
 

@@ -154,6 +154,25 @@ def test_fault_error_names_the_task_and_what_to_do():
     assert "Restart the worker(s) with the same cluster spec and call train() again" in message
 
 
+def test_a_collective_aborted_by_a_lost_task_is_a_fault_other_internal_errors_are_not():
+    lost = tf.errors.InternalError(
+        None,
+        None,
+        "Collective ops is aborted by: failed to connect to all addresses\n... originally returned UnavailableError, "
+        "and was replaced by InternalError to avoid invoking TF network error handling logic.",
+    )
+    assert cluster_lib.is_fault(lost)
+    assert cluster_lib.is_fault(tf.errors.UnavailableError(None, None, "Socket closed"))
+    assert not cluster_lib.is_fault(tf.errors.InternalError(None, None, "Blas GEMM launch failed"))
+    cluster = cluster_lib.Cluster("worker", ("127.0.0.1:1", "127.0.0.1:1"), "grpc://127.0.0.1:1")
+    with pytest.raises(cluster_lib.ClusterError, match=r"train\(\) on the cluster failed \(InternalError: Collective"):
+        with cluster_lib.reporting_faults(cluster, "train()"):
+            raise lost
+    with pytest.raises(tf.errors.InternalError, match="Blas GEMM"):
+        with cluster_lib.reporting_faults(cluster, "train()"):
+            raise tf.errors.InternalError(None, None, "Blas GEMM launch failed")
+
+
 def test_an_unreachable_cluster_is_a_clear_error():
     # Nothing listens on port 1: discovery fails within the session deadline, naming the target and hosts.
     config = te.RunConfig(
