@@ -429,17 +429,20 @@ def fault_error(cluster: Cluster, what: str, error: Exception) -> ClusterError:
 
 # Errors by which TensorFlow's runtime reports a lost or slow task.
 FAULT_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
-# A collective's lost peer can also come as an InternalError: TensorFlow replaces the UnavailableError of a
-# non-communication op after an aborted collective ("... originally returned UnavailableError, and was replaced by
-# InternalError ...", "Collective ops is aborted by: failed to connect to all addresses").
-_LOST_TASK_IN_INTERNAL_ERROR = ("originally returned UnavailableError", "Collective ops is aborted by")
+# A collective's lost peer can also come as an InternalError or a CancelledError: TensorFlow replaces the
+# UnavailableError of a non-communication op after an aborted collective ("... originally returned UnavailableError,
+# and was replaced by InternalError ..."), and every op of an aborted collective executor reports the abort's cause
+# ("Collective ops is aborted by: failed to connect to all addresses", "... by: RPC Request was cancelled").
+_LOST_TASK_IN_MESSAGE = ("originally returned UnavailableError", "Collective ops is aborted by")
 
 
 def is_fault(error: Exception) -> bool:
     """Whether `error` is how TensorFlow's runtime reports a lost or slow task."""
     if isinstance(error, FAULT_ERRORS):
         return True
-    return isinstance(error, tf.errors.InternalError) and any(s in str(error) for s in _LOST_TASK_IN_INTERNAL_ERROR)
+    return isinstance(error, (tf.errors.InternalError, tf.errors.CancelledError)) and any(
+        s in str(error) for s in _LOST_TASK_IN_MESSAGE
+    )
 
 
 @contextlib.contextmanager

@@ -150,10 +150,12 @@ class HostEmbeddingExchange(object):
                 with tf.control_dependencies([everyone]):
                     step_op = self._applied.enqueue([tf.constant(0, tf.int32)])
         with tf.name_scope("tpu_embedding_exchange"), tf.device(self._device):
-            close = tf.group(
-                *[q.close(cancel_pending_enqueues=True) for q in (self._inputs, self._gradients, self._applied)]
-            )
-        self.hook = TensorInfeedHook(step_op, close)
+            # On the thread's failure: the queues the step dequeues from. The gradients' queue never blocks the
+            # step (it is empty whenever the step enqueues) and only the thread waits on it, at the end.
+            close = tf.group(*[q.close(cancel_pending_enqueues=True) for q in (self._inputs, self._applied)])
+            with tf.control_dependencies([close]):
+                end_close = self._gradients.close(cancel_pending_enqueues=True)
+        self.hook = TensorInfeedHook(step_op, close, end_close_op=end_close)
 
     @staticmethod
     def _update_queue(owner_host: int, device: str, generation: int, num_hosts: int) -> tf.queue.FIFOQueue:

@@ -77,11 +77,15 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
 
     Args:
       enqueue_op: what the thread runs, again and again.
-      close_op: closes the queue(s) the step dequeues from.
+      close_op: closes the queue(s) the step dequeues from (run when the thread fails: the step's dequeue then
+        ends the session, and `end` raises the thread's error).
       sleep_secs: how long the thread waits before its first run.
       errors_in_order: each run of `enqueue_op` queues one step, and each `Session.run` of the caller takes one;
         the thread's error comes after the steps it queued before failing (PREDICT: the batches before a bad one
         are predicted), not at the next step.
+      end_close_op: closes every queue the thread may wait on, run at the end of the session; `close_op` if
+        None. A queue the step only enqueues into belongs here, not in `close_op`: the step's enqueue into a
+        closed queue fails with a `CancelledError` that would hide the thread's error.
     """
 
     def __init__(
@@ -90,9 +94,11 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
         close_op: tf.Operation,
         sleep_secs: Optional[int] = None,
         errors_in_order: bool = False,
+        end_close_op: Optional[tf.Operation] = None,
     ):
         self._enqueue_op = enqueue_op
         self._close_op = close_op
+        self._end_close_op = close_op if end_close_op is None else end_close_op
         self._sleep_secs = sleep_secs
         self._errors_in_order = errors_in_order
         self._thread = None
@@ -128,9 +134,9 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
                 self._error = error
             self._close(session)
 
-    def _close(self, session) -> None:
+    def _close(self, session, close_op: Optional[tf.Operation] = None) -> None:
         try:
-            session.run(self._close_op)
+            session.run(self._close_op if close_op is None else close_op)
         except Exception:
             pass
 
@@ -146,7 +152,7 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
 
     def end(self, session):
         self._stop.set()
-        self._close(session)
+        self._close(session, self._end_close_op)
         if self._thread is not None:
             self._thread.join(timeout=30)
         if self._errors_in_order and self._steps_taken < self._steps_queued:

@@ -164,6 +164,10 @@ def test_a_collective_aborted_by_a_lost_task_is_a_fault_other_internal_errors_ar
     assert cluster_lib.is_fault(lost)
     assert cluster_lib.is_fault(tf.errors.UnavailableError(None, None, "Socket closed"))
     assert not cluster_lib.is_fault(tf.errors.InternalError(None, None, "Blas GEMM launch failed"))
+    assert cluster_lib.is_fault(
+        tf.errors.CancelledError(None, None, "Collective ops is aborted by: RPC Request was cancelled")
+    )
+    assert not cluster_lib.is_fault(tf.errors.CancelledError(None, None, "FIFOQueue 'q' is closed."))
     cluster = cluster_lib.Cluster("worker", ("127.0.0.1:1", "127.0.0.1:1"), "grpc://127.0.0.1:1")
     with pytest.raises(cluster_lib.ClusterError, match=r"train\(\) on the cluster failed \(InternalError: Collective"):
         with cluster_lib.reporting_faults(cluster, "train()"):
