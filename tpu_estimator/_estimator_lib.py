@@ -57,7 +57,7 @@ if _upstream is not None:
     VocabInfo = _estimator.VocabInfo
     TrainSpec = _training.TrainSpec
     EvalSpec = _training.EvalSpec
-    train_and_evaluate = _training.train_and_evaluate
+    _core_train_and_evaluate = _training.train_and_evaluate
     Exporter = _exporter.Exporter
     FinalExporter = _exporter.FinalExporter
     LatestExporter = _exporter.LatestExporter
@@ -81,8 +81,20 @@ else:
     export_output = _core.export_output
     TrainSpec = _core.TrainSpec
     EvalSpec = _core.EvalSpec
-    train_and_evaluate = _core.train_and_evaluate
+    _core_train_and_evaluate = _core.train_and_evaluate
     Exporter = _core.Exporter
     FinalExporter = _core.FinalExporter
     LatestExporter = _core.LatestExporter
     BestExporter = _core.BestExporter
+
+
+def train_and_evaluate(estimator, train_spec, eval_spec):
+    """The core's `train_and_evaluate`; a `TPUEstimator` that runs one process per host runs its own loop on every
+    host (`TPUEstimator._train_and_evaluate_on_hosts`).
+
+    Returns:
+      `(metrics of the last evaluation, export results)` where the core returns them.
+    """
+    if getattr(estimator, "_trains_and_evaluates_on_hosts", False):
+        return estimator._train_and_evaluate_on_hosts(train_spec, eval_spec)
+    return _core_train_and_evaluate(estimator, train_spec, eval_spec)

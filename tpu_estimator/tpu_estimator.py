@@ -15,6 +15,7 @@ from tpu_estimator import (
     collectives,
     cpu_path,
     data_errors,
+    host_train_and_evaluate,
     predict_step,
     sharded_step,
     train_guard,
@@ -291,6 +292,30 @@ class TPUEstimator(_estimator_lib.Estimator):
                 )
             guarded.check_trained(steps, max_steps)
             return self
+
+    @property
+    def _trains_and_evaluates_on_hosts(self) -> bool:
+        """Whether `train_and_evaluate` (the one of `tpu_estimator.estimator`) calls `_train_and_evaluate_on_hosts`:
+        with one process per host, every host runs the loop."""
+        cluster = self._config.tpu_cluster
+        return cluster is not None and cluster.process_per_host
+
+    def _train_and_evaluate_on_hosts(self, train_spec, eval_spec):
+        """`train_and_evaluate` on this host of a job of one process per host (`host_train_and_evaluate`).
+
+        Returns:
+          `(metrics of the last evaluation, export results of the last evaluation)`, the same on every host.
+
+        Raises:
+          TypeError: `train_spec` or `eval_spec` is not a `TrainSpec` / `EvalSpec`.
+          tpu_estimator.cluster.ClusterError: a host is lost.
+        """
+        if not isinstance(train_spec, _estimator_lib.TrainSpec):
+            raise TypeError("`train_spec` must have type `tf.estimator.TrainSpec`. Got: {}".format(type(train_spec)))
+        if not isinstance(eval_spec, _estimator_lib.EvalSpec):
+            raise TypeError("`eval_spec` must have type `tf.estimator.EvalSpec`. Got: {}".format(type(eval_spec)))
+        with cluster_lib.reporting_faults(self._config.tpu_cluster, "train_and_evaluate()"):
+            return host_train_and_evaluate.train_and_evaluate_on_hosts(self, train_spec, eval_spec)
 
     def evaluate(self, input_fn, steps=None, hooks=None, checkpoint_path=None, name=None):
         """The Estimator's `evaluate`; on a cluster a lost host raises `cluster.ClusterError` naming it; a failed check

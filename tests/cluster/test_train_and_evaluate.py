@@ -15,7 +15,7 @@ import tpu_estimator as te
 from tests.cluster.local_cluster import free_ports
 from tests.estimator import models as dense_models
 from tests.estimator_core import helpers
-from tpu_estimator import _estimator_lib
+from tpu_estimator import _estimator_lib, estimator_core
 from tpu_estimator import estimator as tf_estimator
 
 pytestmark = pytest.mark.skipif(
@@ -74,14 +74,15 @@ def test_the_chief_is_the_client_and_trains_and_evaluates_on_the_hosts(tmp_path,
 @pytest.mark.parametrize("task_type", ["worker", "ps", "evaluator"])
 def test_other_tasks_are_told_what_to_run(tmp_path, monkeypatch, task_type):
     _set_tf_config(monkeypatch, ["127.0.0.1:{}".format(free_ports(1)[0])], task_type)
-    # Workers without a chief are the hosts of a job of one process per host, which trains and evaluates by turns.
+    # Workers without a chief are the hosts of a job of one process per host: the seam's train_and_evaluate runs
+    # their loop (tests/cluster/test_host_train_and_evaluate.py), the core's says so.
     expected = {
-        "worker": "with one process per host .*not supported yet: call estimator.train.*then estimator.evaluate",
+        "worker": "with one process per host .*runs through tpu_estimator.estimator.train_and_evaluate",
         "ps": "runs in its cluster's client only, but TF_CONFIG makes this a 'ps' task.*tpu-estimator-server",
         "evaluator": "runs in its cluster's client only, but TF_CONFIG makes this a 'evaluator' task.*tpu-estimator",
     }[task_type]
     with pytest.raises(ValueError, match=expected):
-        tf_estimator.train_and_evaluate(
+        estimator_core.train_and_evaluate(
             _estimator(tmp_path),
             tf_estimator.TrainSpec(dense_models.dataset_input_fn, max_steps=1),
             tf_estimator.EvalSpec(dense_models.dataset_input_fn, steps=1),

@@ -11,6 +11,7 @@ import tensorflow as tf
 import embedding
 import tpu_estimator as te
 from tpu_estimator import compat
+from tpu_estimator import estimator as tf_estimator
 from tpu_estimator.compat import cluster_resolver as cluster_resolver_lib
 from tpu_estimator.compat import launcher as run_lib
 from tpu_estimator.compat import namespaces
@@ -63,6 +64,8 @@ def _snapshot():
     snapshot["tf.contrib"] = hasattr(tf, "contrib")
     snapshot["v1.contrib"] = hasattr(v1, "contrib")
     snapshot["estimator.tpu"] = _lookup("estimator.tpu") is not _MISSING
+    for path in ("estimator", "compat.v1.estimator", "compat.v2.estimator"):
+        snapshot[path + ".train_and_evaluate"] = _lookup(path + ".train_and_evaluate")
     snapshot["v1.__all__"] = list(v1.__all__)
     snapshot["contrib modules"] = sorted(m for m in sys.modules if m.startswith("tensorflow.contrib"))
     return snapshot
@@ -106,6 +109,10 @@ def test_install_replaces_names_and_uninstall_restores_them_exactly():
         assert callable(contrib_summary.scalar) and callable(contrib_summary.all_summary_ops)
         with pytest.raises(AttributeError, match="keras_to_tpu_model is not provided by tpu_estimator.compat"):
             contrib_tpu.keras_to_tpu_model
+        # train_and_evaluate runs our loop on every host of a TPUEstimator with one process per host, the core's
+        # otherwise: every spelling of it is the one of tpu_estimator.estimator.
+        for root in (tf, v1, tf.compat.v2):
+            assert root.estimator.train_and_evaluate is tf_estimator.train_and_evaluate
         # Names TensorFlow keeps: the feature columns our EmbeddingConfigSpec reads.
         assert v1.tpu.experimental.embedding_column.__module__.startswith("tensorflow.")
     finally:

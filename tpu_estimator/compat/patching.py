@@ -27,10 +27,15 @@ _added_modules: Dict[str, Any] = {}
 def _resolve(path: str) -> Any:
     """The object at attribute `path` from the `tensorflow` module, loading lazily loaded modules.
 
-    A path starting with `module:` names a module to import instead (`module:tensorflow.python`).
+    A path starting with `module:` names a module to import instead (`module:tensorflow.python`); one starting with
+    `as_bound:` is the object its parent holds, not loaded (a `LazyLoader` copies the module's names when it loads,
+    so a name patched in the module alone is not seen through it).
     """
     if path.startswith("module:"):
         return importlib.import_module(path[len("module:") :])
+    if path.startswith("as_bound:"):
+        parent, _, name = path[len("as_bound:") :].rpartition(".")
+        return getattr(_resolve(parent), name)
     obj = tf
     for part in path.split(".") if path else []:
         obj = _tf_internal.loaded_module(getattr(obj, part))
@@ -83,7 +88,10 @@ class _Patch(object):
         setattr(self.owner, self.name, self.value)
 
     def restore(self) -> None:
-        if self.old is not _MISSING:
+        if hasattr(type(self.owner), "_load"):
+            # A lazily loaded module: without a name of its own it reads the (restored) module's again.
+            self.owner.__dict__.pop(self.name, None)
+        elif self.old is not _MISSING:
             setattr(self.owner, self.name, self.old)
         elif _tf_internal.is_module_wrapper(self.owner):
             _tf_internal.module_wrapper_remove(self.owner, self.name)
@@ -119,6 +127,13 @@ def _targets() -> tuple:
         ]
         for name, members in legacy_modules.upstream_tpu_module_names().items():
             estimator_targets.append(("module:" + name, members))
+        # train_and_evaluate: upstream's, except for a TPUEstimator running one process per host (our loop then runs
+        # on every host; upstream's would give each host a between-graph role).
+        ours = {"train_and_evaluate": _estimator_lib.train_and_evaluate}
+        estimator_paths = _existing([(root + "." if root else "") + "estimator" for root in roots])
+        estimator_targets += [(path, ours) for path in estimator_paths]
+        estimator_targets += [("as_bound:" + path, ours) for path in estimator_paths]
+        estimator_targets.append(("module:tensorflow_estimator.python.estimator.training", ours))
     else:
         # Our core: every spelling of tf.estimator, tensorflow_estimator and tensorflow.python.estimator is ours
         # (TensorFlow 2.16+ has none of them; on 2.15 with TPU_ESTIMATOR_CORE=ours upstream's are hidden, so that

@@ -43,7 +43,7 @@ def check_in_graph_client_task(estimator=None) -> None:
 
     Args:
       estimator: the estimator; one whose config runs one process per host (`config.tpu_cluster.process_per_host`)
-        is refused with what to call instead.
+        is refused with what to call instead (the seam's `train_and_evaluate` runs its loop).
 
     Raises:
       ValueError: `TF_CONFIG`'s task is a `worker`, `ps` or `evaluator`: says what runs on each task instead; or
@@ -53,9 +53,8 @@ def check_in_graph_client_task(estimator=None) -> None:
     if cluster is not None and getattr(cluster, "process_per_host", False):
         raise ValueError(
             "train_and_evaluate(TPUEstimator) with one process per host (TF_CONFIG naming this host's task in the "
-            "hosts' job) is not supported yet: call estimator.train(...) and then estimator.evaluate(...) on every "
-            "host, as tests/cluster/host_program.py does, or run the program from one client with the hosts running "
-            "tpu-estimator-server (docs/DISTRIBUTED.md)."
+            "hosts' job) runs through tpu_estimator.estimator.train_and_evaluate (or tf.estimator.train_and_evaluate "
+            "with tpu_estimator.compat installed), which runs the loop on every host; this core's function does not."
         )
     task_type = cluster_lib.load_tf_config().get(cluster_lib.TASK_ENV_KEY, {}).get(cluster_lib.TASK_TYPE_KEY)
     if task_type in (TaskType.WORKER, TaskType.PS, TaskType.EVALUATOR):

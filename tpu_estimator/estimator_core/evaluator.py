@@ -44,13 +44,16 @@ class Evaluator(object):
         self._previous_ckpt_path = None
         self._last_warning_time = 0.0
 
-    def evaluate_and_export(self):
+    def evaluate_and_export(self, checkpoint_path: Optional[str] = None):
         """Evaluates a checkpoint not evaluated yet, then exports.
+
+        Args:
+          checkpoint_path: the checkpoint to evaluate; default the estimator's latest.
 
         Returns:
           `(EvalResult, [export results])`; the list is empty unless the status is `EVALUATED`.
         """
-        latest_ckpt_path = self._estimator.latest_checkpoint()
+        latest_ckpt_path = checkpoint_path or self._estimator.latest_checkpoint()
         if not latest_ckpt_path:
             self._warn("Estimator is not trained yet. Will start an evaluation when a checkpoint is ready.")
             return EvalResult(EvalResult.MISSING_CHECKPOINT), []
@@ -100,8 +103,47 @@ class Evaluator(object):
         ]
 
 
+class EvaluationThrottle(object):
+    """Which checkpoint saves of a training run are evaluated: each one but the first (the run's start, before any
+    step), at most once per `eval_throttle_secs`; and the last one unless it was just evaluated.
+
+    Args:
+      eval_throttle_secs: at most one evaluation per this many seconds (the last checkpoint is always evaluated).
+    """
+
+    def __init__(self, eval_throttle_secs: int):
+        self._eval_throttle_secs = eval_throttle_secs
+        self._timer = None
+        self._is_first_save = True
+
+    def begin(self) -> None:
+        """Starts a training run."""
+        self._timer = _tf_internal.SecondOrStepTimer(every_secs=self._eval_throttle_secs)
+        self._is_first_save = True
+
+    def due_after_save(self, global_step_value: int) -> bool:
+        """Whether the checkpoint just saved at `global_step_value` is to be evaluated now."""
+        if self._is_first_save:
+            self._is_first_save = False
+            return False
+        if self._timer.should_trigger_for_step(global_step_value):
+            return True
+        tf.compat.v1.logging.info(
+            "Skip the current checkpoint eval due to throttle secs ({} secs).".format(self._eval_throttle_secs)
+        )
+        return False
+
+    def due_at_end(self, global_step_value: int) -> bool:
+        """Whether the run's last checkpoint, at `global_step_value`, is still to be evaluated."""
+        return global_step_value != self._timer.last_triggered_step()
+
+    def evaluating(self, global_step_value: int) -> None:
+        """Records that the checkpoint at `global_step_value` is evaluated now."""
+        self._timer.update_last_triggered_step(global_step_value)
+
+
 class EvaluateAfterCheckpoint(tf.compat.v1.train.CheckpointSaverListener):
-    """Evaluates after checkpoint saves (not the first one, at step 0), throttled; and after the last one.
+    """Evaluates after the checkpoint saves `EvaluationThrottle` picks.
 
     Args:
       evaluator: the `Evaluator`.
@@ -110,40 +152,45 @@ class EvaluateAfterCheckpoint(tf.compat.v1.train.CheckpointSaverListener):
 
     def __init__(self, evaluator: Evaluator, eval_throttle_secs: int):
         self._evaluator = evaluator
-        self._eval_throttle_secs = eval_throttle_secs
+        self._throttle = EvaluationThrottle(eval_throttle_secs)
         self.eval_result = None
         self.export_results = None
-        self._timer = None
-        self._is_first_run = True
 
     def begin(self) -> None:
-        self._timer = _tf_internal.SecondOrStepTimer(every_secs=self._eval_throttle_secs)
-        self._is_first_run = True
+        self._throttle.begin()
 
     def after_save(self, session, global_step_value) -> None:
         del session
-        if self._is_first_run:
-            self._is_first_run = False
-            return
-        if self._timer.should_trigger_for_step(global_step_value):
+        if self._throttle.due_after_save(global_step_value):
             self._evaluate(global_step_value)
-        else:
-            tf.compat.v1.logging.info(
-                "Skip the current checkpoint eval due to throttle secs ({} secs).".format(self._eval_throttle_secs)
-            )
 
     def end(self, session, global_step_value) -> None:
         del session
-        if global_step_value != self._timer.last_triggered_step():
+        if self._throttle.due_at_end(global_step_value):
             self._evaluate(global_step_value)
 
     def _evaluate(self, global_step_value) -> None:
-        self._timer.update_last_triggered_step(global_step_value)
-        self.eval_result, self.export_results = self._evaluator.evaluate_and_export()
-        if self.eval_result.status != EvalResult.EVALUATED:
-            raise RuntimeError(
-                "There was no new checkpoint after the training. Eval status: {}".format(self.eval_result.status)
-            )
+        self._throttle.evaluating(global_step_value)
+        self.eval_result, self.export_results = evaluate_new_checkpoint(self._evaluator)
+
+
+def evaluate_new_checkpoint(evaluator: Evaluator, checkpoint_path: Optional[str] = None):
+    """`evaluator.evaluate_and_export(checkpoint_path)`, which must find a checkpoint it has not evaluated yet.
+
+    Args:
+      evaluator: the `Evaluator`.
+      checkpoint_path: the checkpoint to evaluate; default the estimator's latest.
+
+    Returns:
+      `(EvalResult, [export results])`.
+
+    Raises:
+      RuntimeError: there is no new checkpoint.
+    """
+    result, export_results = evaluator.evaluate_and_export(checkpoint_path)
+    if result.status != EvalResult.EVALUATED:
+        raise RuntimeError("There was no new checkpoint after the training. Eval status: {}".format(result.status))
+    return result, export_results
 
 
 def evaluate_continuously(estimator, eval_spec, max_training_steps: Optional[int]) -> Optional[EvalResult]:

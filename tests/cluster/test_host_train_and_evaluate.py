@@ -1,0 +1,56 @@
+"""`train_and_evaluate` with one process per host: every host evaluates the checkpoints the chief's saves pick, in
+the pause of training, as one host's local loop does (`tpu_estimator/host_train_and_evaluate.py`).
+
+The program is `tests/cluster/host_train_and_evaluate_program.py` (embedding tables sharded over the hosts), run on 1
+host (the core's local loop: upstream's on TF 2.15, ours on 2.21) and as a job of N.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.cluster import host_jobs
+
+PROGRAM = os.path.join(os.path.dirname(__file__), "host_train_and_evaluate_program.py")
+STEPS = 10  # checkpoints at 0, 4, 8 and 10 (the last step)
+
+
+def test_hosts_evaluate_the_checkpoints_one_host_evaluates_with_its_metrics(tmp_path):
+    host_jobs.run_program(PROGRAM, [tmp_path / "one", 4, STEPS, 0], 1)
+    host_jobs.run_program(PROGRAM, [tmp_path / "many", 4, STEPS, 0], 2)
+
+    (one,) = host_jobs.host_results(tmp_path / "one", 1)
+    many = host_jobs.host_results(tmp_path / "many", 2)
+    # throttle_secs=0: every checkpoint but the first (step 0, before training) is evaluated; the last one is final.
+    assert [(e["step"], e["checkpoint"], e["final"]) for e in one["evaluations"]] == [
+        (4, "model.ckpt-4", False),
+        (8, "model.ckpt-8", False),
+        (10, "model.ckpt-10", True),
+    ]
+    for result in many:
+        assert [e["step"] for e in result["evaluations"]] == [4, 8, 10]
+        for got, expected in zip(result["evaluations"], one["evaluations"]):
+            assert got["mse"] == pytest.approx(expected["mse"], rel=1e-5), got["step"]
+        for key, value in one["metrics"].items():
+            assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    # Training paused for the evaluations and read on: the tables and the dense layer end as one host's.
+    expected, got = host_jobs.checkpoint_values(tmp_path / "one"), host_jobs.checkpoint_values(tmp_path / "many")
+    assert set(got) == set(expected) and got["global_step"] == STEPS
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    # The chief wrote each evaluation's export; every host returned the last one; 2 are kept.
+    assert many[0]["exports"][1] == many[1]["exports"][1]
+    latest = os.path.join(tmp_path / "many", "export", "latest")
+    kept = sorted(os.listdir(latest))
+    assert len(kept) == 2 and os.path.basename(many[0]["exports"][1]) == kept[-1]
+    assert tf.saved_model.contains_saved_model(os.path.join(latest, kept[-1]))
+
+
+def test_the_chiefs_throttle_picks_for_every_host(tmp_path):
+    # A throttle longer than the run: the first checkpoint after training starts, then only the last one.
+    host_jobs.run_program(PROGRAM, [tmp_path / "job", 3, STEPS, 3600], 3)
+    for result in host_jobs.host_results(tmp_path / "job", 3):
+        assert [(e["step"], e["final"]) for e in result["evaluations"]] == [(4, False), (10, True)]
+        assert result["metrics"]["global_step"] == STEPS
