@@ -6,7 +6,8 @@ import json
 import os
 import subprocess
 import sys
-from typing import List
+import time
+from typing import List, Tuple
 
 import tensorflow as tf
 
@@ -50,3 +51,42 @@ def checkpoint_values(model_dir) -> dict:
 def host_results(model_dir, num_hosts: int) -> List[dict]:
     """What each host's program wrote to `model_dir/result_host<i>.json`."""
     return [json.load(open(os.path.join(model_dir, "result_host{}.json".format(h)))) for h in range(num_hosts)]
+
+
+def kill_one_host_mid_training(
+    program: str, args: List[str], model_dir, log_dir, killed: int
+) -> Tuple[int, float, str]:
+    """Runs `python program *args` as a job of 2 hosts, kills host `killed` once `model_dir` has `model.ckpt-4`,
+    and waits for the other host to end.
+
+    Returns:
+      The survivor's exit code, the seconds from the kill to its end, and its output.
+
+    Raises:
+      AssertionError: the survivor ended before the kill (the message holds the end of its output).
+    """
+    survivor = 1 - killed
+    addresses = hosts.loopback_addresses(2)
+    command = [sys.executable, program] + [str(a) for a in args]
+    log_paths = [os.path.join(str(log_dir), "host{}.log".format(h)) for h in range(2)]
+    logs, processes = [], []
+    for host in range(2):
+        env = dict(program_env(), TF_CONFIG=hosts.host_tf_config(addresses, host))
+        logs.append(open(log_paths[host], "w"))
+        processes.append(subprocess.Popen(command, env=env, stdout=logs[host], stderr=subprocess.STDOUT))
+    try:
+        deadline = time.time() + RUN_TIMEOUT_SECS
+        while time.time() < deadline and not os.path.exists(os.path.join(str(model_dir), "model.ckpt-4.index")):
+            assert processes[survivor].poll() is None, open(log_paths[survivor]).read()[-3000:]
+            time.sleep(0.2)
+        processes[killed].kill()
+        killed_at = time.time()
+        code = processes[survivor].wait(timeout=90)
+        elapsed = time.time() - killed_at
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        for log in logs:
+            log.close()
+    return code, elapsed, open(log_paths[survivor]).read()

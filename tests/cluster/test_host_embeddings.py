@@ -8,16 +8,12 @@ makes the other host fail within 60 s naming it, and the restarted job ends wher
 """
 
 import os
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tests.cluster import host_embedding_program, host_jobs
-from tpu_estimator.app import hosts
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "host_embedding_program.py")
 STEPS = 6
@@ -63,30 +59,8 @@ def test_tables_sharded_over_host_processes_train_evaluate_and_predict_as_one_ho
 
 def test_a_killed_chief_fails_the_other_host_within_60s_and_the_job_resumes(tmp_path):
     model_dir, steps = tmp_path / "job", 30
-    addresses = hosts.loopback_addresses(2)
-    processes, logs = [], []
-    for host in range(2):
-        log = open(tmp_path / "host{}.log".format(host), "w")
-        logs.append(log)
-        command = [sys.executable, PROGRAM, str(model_dir), "4", str(steps), "div", "0.2"]
-        env = dict(host_jobs.program_env(), TF_CONFIG=hosts.host_tf_config(addresses, host))
-        processes.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
-    try:
-        deadline = time.time() + host_jobs.RUN_TIMEOUT_SECS
-        while time.time() < deadline and not (model_dir / "model.ckpt-4.index").exists():
-            assert processes[1].poll() is None, open(tmp_path / "host1.log").read()[-3000:]
-            time.sleep(0.2)
-        processes[0].kill()
-        killed_at = time.time()
-        code = processes[1].wait(timeout=90)
-        elapsed = time.time() - killed_at
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-        for log in logs:
-            log.close()
-    output = open(tmp_path / "host1.log").read()
+    args = [model_dir, 4, steps, "div", 0.2]
+    code, elapsed, output = host_jobs.kill_one_host_mid_training(PROGRAM, args, model_dir, tmp_path, killed=0)
     assert code != 0
     assert elapsed < 60, elapsed
     assert "ClusterError" in output and "/job:worker/task:0" in output, output[-3000:]

@@ -7,16 +7,12 @@ fresh process, so nothing of TensorFlow's process state carries over.
 """
 
 import os
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tests.cluster import host_jobs, host_program
-from tpu_estimator.app import hosts
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "host_program.py")
 STEPS = 6
@@ -75,32 +71,8 @@ def test_hosts_in_processes_of_their_own_equal_one_host(tmp_path, num_hosts, sha
 @pytest.mark.parametrize("killed", [0, 1], ids=["chief_killed", "host1_killed"])
 def test_a_killed_host_fails_the_others_within_60s_and_the_job_resumes(tmp_path, killed):
     model_dir, steps, num_shards = tmp_path / "job", 40, 2
-    survivor = 1 - killed
-    addresses = hosts.loopback_addresses(2)
-    env = host_jobs.program_env()
-    logs, processes = [], []
-    for host in range(2):
-        host_env = dict(env, TF_CONFIG=hosts.host_tf_config(addresses, host))
-        log = open(tmp_path / "host{}.log".format(host), "w")
-        logs.append(log)
-        command = [sys.executable, PROGRAM, str(model_dir), str(num_shards), str(steps), "0.2", "20000"]
-        processes.append(subprocess.Popen(command, env=host_env, stdout=log, stderr=subprocess.STDOUT))
-    try:
-        deadline = time.time() + host_jobs.RUN_TIMEOUT_SECS
-        while time.time() < deadline and not (model_dir / "model.ckpt-4.index").exists():
-            assert processes[survivor].poll() is None, open(tmp_path / "host{}.log".format(survivor)).read()[-3000:]
-            time.sleep(0.2)
-        processes[killed].kill()
-        killed_at = time.time()
-        code = processes[survivor].wait(timeout=90)
-        elapsed = time.time() - killed_at
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-        for log in logs:
-            log.close()
-    output = open(tmp_path / "host{}.log".format(survivor)).read()
+    args = [model_dir, num_shards, steps, 0.2, 20000]
+    code, elapsed, output = host_jobs.kill_one_host_mid_training(PROGRAM, args, model_dir, tmp_path, killed)
     assert code != 0
     assert elapsed < 60, elapsed
     assert "ClusterError" in output and "/job:worker/task:{}".format(killed) in output, output[-3000:]
