@@ -513,10 +513,16 @@ def summary_ops_v2():
     return module
 
 
+def is_lazy_loader(obj: Any) -> bool:
+    """Whether `obj` is one of TensorFlow's lazily loaded modules (a `LazyLoader`: it copies its module's names into
+    itself when it loads)."""
+    return hasattr(type(obj), "_load")
+
+
 def loaded_module(obj: Any) -> Any:
     """`obj`, or the module it stands for when it is one of TensorFlow's lazily loaded modules (a `LazyLoader`,
     which its parent replaces by the real module once loaded)."""
-    if hasattr(type(obj), "_load"):
+    if is_lazy_loader(obj):
         return obj._load()
     return obj
 

@@ -33,6 +33,7 @@ from tpu_estimator import collectives as collectives_lib
 from tpu_estimator.embedding_bridge import EmbeddingBridge, TappedGradients
 from tpu_estimator.embedding_infeed import EmbeddingInfeed
 from tpu_estimator.input_pipeline import TensorInfeedHook
+from tpu_estimator.queued_structure import QueuedStructure, dequeued_list
 
 # Steps of inputs with activations the thread may queue ahead of the step (it cannot look up further ahead: the
 # next lookups wait for this step's update).
@@ -71,30 +72,6 @@ def gradient_piece_exchange(
     )
 
 
-def _flat(structure: Any) -> List[tf.Tensor]:
-    return [t for t in tf.nest.flatten(structure, expand_composites=True) if t is not None]
-
-
-def _pack(structure: Any, values: List[tf.Tensor]) -> Any:
-    """`structure` with its tensors replaced by `values` (in `_flat` order), its None leaves kept."""
-    originals = iter(_flat(structure))
-    values = iter(values)
-    leaves = []
-    for leaf in tf.nest.flatten(structure, expand_composites=True):
-        if leaf is None:
-            leaves.append(None)
-            continue
-        value = next(values)
-        value.set_shape(next(originals).shape)
-        leaves.append(value)
-    return tf.nest.pack_sequence_as(structure, leaves, expand_composites=True)
-
-
-def _dequeued(queue: tf.queue.FIFOQueue) -> List[tf.Tensor]:
-    values = queue.dequeue()
-    return list(values) if isinstance(values, (list, tuple)) else [values]
-
-
 class HostEmbeddingExchange(object):
     """This host's embedding stage of TRAIN, run by a thread beside the step's loop (see the module docstring).
 
@@ -126,20 +103,19 @@ class HostEmbeddingExchange(object):
             ((per_replica, batches),) = infeed.dequeue()
             with tf.device(self._device):
                 looked_up = bridge.attach_activations(per_replica, [batches])
-            self._inputs_structure = looked_up
-            inputs = _flat(looked_up)
+            self._queued_inputs = QueuedStructure(looked_up)
             self._keys, templates = self._gradient_templates(looked_up)
             self._gradient_shapes = [t.shape for t in templates]
             with tf.device(self._device):
-                self._inputs = tf.queue.FIFOQueue(_DEPTH, [t.dtype for t in inputs], name="inputs_with_activations")
+                self._inputs = tf.queue.FIFOQueue(_DEPTH, self._queued_inputs.dtypes, name="inputs_with_activations")
                 # The step's gradients and the global step it read before its writes.
                 self._gradients = tf.queue.FIFOQueue(
                     1, [tf.float32] * len(self._keys) + [tf.int64], name="activation_gradients"
                 )
                 self._applied = tf.queue.FIFOQueue(1, [tf.int32], name="update_applied")
-                send_inputs = self._inputs.enqueue(inputs)
+                send_inputs = self._inputs.enqueue(self._queued_inputs.tensors)
                 with tf.control_dependencies([send_inputs]):
-                    *grads, global_step = _dequeued(self._gradients)
+                    *grads, global_step = dequeued_list(self._gradients.dequeue())
                 global_step.set_shape([])
                 for grad, template in zip(grads, templates):
                     grad.set_shape(template.shape)
@@ -186,7 +162,7 @@ class HostEmbeddingExchange(object):
     def read(self) -> List[Tuple[Any, Any]]:
         """In the step: this host's replicas' `(features, labels)`, with the activations under the feature keys."""
         with tf.device(self._device):
-            return _pack(self._inputs_structure, _dequeued(self._inputs))
+            return self._queued_inputs.unpack(self._inputs.dequeue())
 
     def update(self, tapped: TappedGradients) -> tf.Operation:
         """In the step: queues the replicas' activation gradients and waits until every host's update is applied.
@@ -208,4 +184,4 @@ class HostEmbeddingExchange(object):
             global_step = tf.cast(tf.compat.v1.train.get_global_step().read_value(), tf.int64)
             send = self._gradients.enqueue(values + [global_step])
             with tf.control_dependencies([send]):
-                return tf.group(_dequeued(self._applied), name="embedding_update_applied")
+                return tf.group(dequeued_list(self._applied.dequeue()), name="embedding_update_applied")

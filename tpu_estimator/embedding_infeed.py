@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tpu_estimator import _tf_internal
 from tpu_estimator.input_pipeline import TensorInfeedHook
+from tpu_estimator.queued_structure import QueuedStructure
 
 # A step's structures per host: `[(host CPU device, structure of tensors and None leaves)]`.
 HostParts = List[Tuple[str, Any]]
@@ -74,8 +75,7 @@ class EmbeddingInfeed(object):
         self._host_device = host_device
         self._queues = None
         self._devices = None
-        self._structures = None
-        self._tensors = None
+        self._queued = None
         # Each Session.run of the infeed thread prepares several steps (a per-step run would bound small models).
         with _tf_internal.v1_control_flow():
             enqueue_op = tf.compat.v1.while_loop(
@@ -91,40 +91,27 @@ class EmbeddingInfeed(object):
 
     def _enqueue_step(self, index: tf.Tensor) -> tf.Tensor:
         parts = self._host_stage()
-        # Absent parts (labels=None of a features-only input_fn) stay in the structure, not in the queue.
-        tensors = [
-            [t for t in tf.nest.flatten(structure, expand_composites=True) if t is not None] for _, structure in parts
-        ]
+        queued = [QueuedStructure(structure) for _, structure in parts]
         if self._queues is None:
             self._queues = []
-            for (device, _), host_tensors in zip(parts, tensors):
+            for (device, _), host_queued in zip(parts, queued):
                 with _tf_internal.outside_control_flow(), tf.device(device):
                     self._queues.append(
-                        tf.queue.FIFOQueue(
-                            capacity=_DEPTH, dtypes=[t.dtype for t in host_tensors], name="embedding_infeed"
-                        )
+                        tf.queue.FIFOQueue(capacity=_DEPTH, dtypes=host_queued.dtypes, name="embedding_infeed")
                     )
             self._devices = [device for device, _ in parts]
-            self._structures, self._tensors = [structure for _, structure in parts], tensors
+            self._queued = queued
         enqueues = []
-        for queue, device, host_tensors in zip(self._queues, self._devices, tensors):
+        for queue, device, host_queued in zip(self._queues, self._devices, queued):
             with tf.device(device):
-                enqueues.append(queue.enqueue(host_tensors))
+                enqueues.append(queue.enqueue(host_queued.tensors))
         with tf.device(self._host_device), tf.control_dependencies(enqueues):
             return index + 1
 
     def dequeue(self) -> List[Any]:
         """In the step: one step's structure per host, in the order of the host stage's parts."""
         parts = []
-        for queue, device, structure, tensors in zip(self._queues, self._devices, self._structures, self._tensors):
+        for queue, device, host_queued in zip(self._queues, self._devices, self._queued):
             with tf.device(device):
-                values = queue.dequeue()
-                values = list(values) if isinstance(values, (list, tuple)) else [values]
-                for value, original in zip(values, tensors):
-                    value.set_shape(original.shape)
-                values = iter(values)
-                leaves = [
-                    None if t is None else next(values) for t in tf.nest.flatten(structure, expand_composites=True)
-                ]
-                parts.append(tf.nest.pack_sequence_as(structure, leaves, expand_composites=True))
+                parts.append(host_queued.unpack(queue.dequeue()))
         return parts

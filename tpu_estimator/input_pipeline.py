@@ -17,6 +17,7 @@ from embedding import engine
 from tpu_estimator import _estimator_lib, dataset_autotune, input_position
 from tpu_estimator.batch_size import check_divisible
 from tpu_estimator.context import ShardingContext, TPUContext
+from tpu_estimator.queued_structure import QueuedStructure
 from tpu_estimator.tpu_config import InputPipelineConfig
 
 ModeKeys = _estimator_lib.ModeKeys
@@ -184,15 +185,15 @@ class _Source(object):
             else:
                 features, labels = split_features_and_labels(result)
                 _check_not_ragged(features, labels)
-                self._structure = (features, labels)
-                # Composites (SparseTensor) travel as their component tensors; absent labels stay out of the queue.
-                # No queue shapes: unknown dense shapes get the static-shape error after the dequeue.
-                flat = [t for t in tf.nest.flatten(self._structure, expand_composites=True) if t is not None]
-                if not flat:
+                self._queued = QueuedStructure((features, labels))
+                if not self._queued.tensors:
                     raise ValueError("input_fn returned no tensors.")
-                self._queue = tf.queue.FIFOQueue(capacity=2, dtypes=[t.dtype for t in flat])
+                # No queue shapes: unknown dense shapes get the static-shape error after the dequeue.
+                self._queue = tf.queue.FIFOQueue(capacity=2, dtypes=self._queued.dtypes)
                 self.hook = TensorInfeedHook(
-                    self._queue.enqueue(flat), self._queue.close(cancel_pending_enqueues=True), sleep_secs
+                    self._queue.enqueue(self._queued.tensors),
+                    self._queue.close(cancel_pending_enqueues=True),
+                    sleep_secs,
                 )
                 self._iterator = None
         self._device = device
@@ -230,17 +231,7 @@ class _Source(object):
                 if self.position is not None:
                     return split_features_and_labels(self.position.read(self._iterator.get_next))
                 return split_features_and_labels(self._iterator.get_next())
-            values = self._queue.dequeue()
-            values = iter(values if isinstance(values, (list, tuple)) else [values])
-            leaves = []
-            for original in tf.nest.flatten(self._structure, expand_composites=True):
-                if original is None:
-                    leaves.append(None)
-                    continue
-                value = next(values)
-                value.set_shape(original.shape)
-                leaves.append(value)
-            return tf.nest.pack_sequence_as(self._structure, leaves, expand_composites=True)
+            return self._queued.unpack(self._queue.dequeue())
 
 
 def _empty_batch(spec: tf.TypeSpec) -> Any:

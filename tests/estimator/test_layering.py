@@ -20,7 +20,12 @@ PENDING: Set[str] = set()
 # Private members read on an object that is not a TensorFlow object, per file: `(attribute, why it is allowed)`.
 # Attributes through `self`, `cls` and `super()` are the class's own, checked apart (TF_SUBCLASS_STATE).
 NOT_TENSORFLOW = {
-    ESTIMATOR_LIB: {"_verify_model_fn_args"},  # the Estimator library's own check, named once for both cores
+    ESTIMATOR_LIB: {
+        "_verify_model_fn_args",  # the Estimator library's own check, named once for both cores
+        # TPUEstimator's own members: with one process per host, train_and_evaluate runs its loop (tpu_estimator.py).
+        "_trains_and_evaluates_on_hosts",
+        "_train_and_evaluate_on_hosts",
+    },
     "tpu_estimator/cluster_server.py": {"_exit"},  # os._exit: a server process ends without Python's clean-up
     # TPUEstimator's own class attribute saying it replicates in one graph (tpu_estimator.py).
     "tpu_estimator/estimator_core/distributed_training.py": {"_REPLICATES_IN_GRAPH"},

@@ -88,7 +88,7 @@ class _Patch(object):
         setattr(self.owner, self.name, self.value)
 
     def restore(self) -> None:
-        if hasattr(type(self.owner), "_load"):
+        if _tf_internal.is_lazy_loader(self.owner):
             # A lazily loaded module: without a name of its own it reads the (restored) module's again.
             self.owner.__dict__.pop(self.name, None)
         elif self.old is not _MISSING:
