@@ -194,5 +194,11 @@ def test_a_deterministic_cluster_trains_and_evaluates_as_upstream(tmp_path, chie
         np.testing.assert_allclose(got[MAX_STEPS], expected[MAX_STEPS], rtol=1e-6, err_msg=tag)
         if not with_evaluator:
             np.testing.assert_allclose(list(got.values()), list(expected.values()), rtol=1e-6, err_msg=tag)
-    for name in ("final", "best"):
-        assert len(os.listdir(ours / "export" / name)) == len(os.listdir(theirs / "export" / name)), name
+    assert len(os.listdir(ours / "export" / "final")) == len(os.listdir(theirs / "export" / "final")) == 1
+    best = [len(os.listdir(d / "export" / "best")) for d in (ours, theirs)]
+    if with_evaluator:
+        # The evaluator task evaluates the checkpoints it finds when it polls: how many (and so how many improve
+        # on the best) depends on the machine's load, for either core.
+        assert min(best) >= 1, best
+    else:
+        assert best[0] == best[1], best
