@@ -127,16 +127,14 @@ def embedding_spec(strategy):
     )
 
 
-def main(argv):
-    model_dir, num_shards, steps, strategy = argv[1], int(argv[2]), int(argv[3]), argv[4]
-    sleep = float(argv[5]) if len(argv) > 5 else 0.0
-    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+def make_estimator(model_dir, num_shards, strategy, save_checkpoints_steps=2, sleep=0.0):
+    """The program's TPUEstimator: loops of 2 steps, `sleep` seconds after each."""
     config = te.RunConfig(
         model_dir=model_dir,
-        save_checkpoints_steps=2,
+        save_checkpoints_steps=save_checkpoints_steps,
         tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=num_shards),
     )
-    estimator = te.TPUEstimator(
+    return te.TPUEstimator(
         model_fn=model_fn,
         config=config,
         params={"sleep": sleep},
@@ -145,6 +143,14 @@ def main(argv):
         predict_batch_size=PREDICT_BATCH,
         embedding_config_spec=embedding_spec(strategy),
     )
+
+
+def main(argv):
+    model_dir, num_shards, steps, strategy = argv[1], int(argv[2]), int(argv[3]), argv[4]
+    sleep = float(argv[5]) if len(argv) > 5 else 0.0
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    estimator = make_estimator(model_dir, num_shards, strategy, sleep=sleep)
+    config = estimator.config
     estimator.train(make_train_input_fn(latest_step(model_dir)), max_steps=steps)
     metrics = estimator.evaluate(make_train_input_fn(0), steps=2)
     predictions = {int(p["id"]): float(p["logit"]) for p in estimator.predict(predict_input_fn)}

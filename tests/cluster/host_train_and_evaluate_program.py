@@ -15,7 +15,6 @@ import sys
 import host_embedding_program as program
 import tensorflow as tf
 
-import tpu_estimator as te
 from tpu_estimator import estimator as tf_estimator
 
 
@@ -55,20 +54,7 @@ def serving_input_receiver_fn():
 def main(argv):
     model_dir, num_shards, steps, throttle_secs = argv[1], int(argv[2]), int(argv[3]), int(argv[4])
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
-    config = te.RunConfig(
-        model_dir=model_dir,
-        save_checkpoints_steps=4,
-        tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=num_shards),
-    )
-    estimator = te.TPUEstimator(
-        model_fn=program.model_fn,
-        config=config,
-        params={"sleep": 0.0},
-        train_batch_size=program.GLOBAL_BATCH,
-        eval_batch_size=program.GLOBAL_BATCH,
-        predict_batch_size=program.PREDICT_BATCH,
-        embedding_config_spec=program.embedding_spec("div"),
-    )
+    estimator = program.make_estimator(model_dir, num_shards, "div", save_checkpoints_steps=4)
     recording = RecordingExporter()
     exporters = [recording, tf_estimator.LatestExporter("latest", serving_input_receiver_fn, exports_to_keep=2)]
     metrics, exports = tf_estimator.train_and_evaluate(
@@ -83,7 +69,7 @@ def main(argv):
         "metrics": {k: float(v) for k, v in metrics.items()},
         "exports": [tf.compat.as_str(e) if e is not None else None for e in exports],
     }
-    with open(os.path.join(model_dir, "result_host{}.json".format(config.task_id or 0)), "w") as f:
+    with open(os.path.join(model_dir, "result_host{}.json".format(estimator.config.task_id or 0)), "w") as f:
         json.dump(result, f)
 
 
