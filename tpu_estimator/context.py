@@ -117,9 +117,9 @@ class ShardingContext(object):
         return list(self.layout.devices)
 
     @property
-    def host_device(self) -> str:
-        """The CPU of the first host this process builds (host 0's, or with one process per host its own): where
-        the host-side work of the step this process builds runs (host calls, eval metrics)."""
+    def host_work_device(self) -> str:
+        """Where the host-side work of the step this process builds runs (host calls, eval metrics, the loop's
+        counters): the CPU of the first host it builds (host 0's, or with one process per host its own)."""
         return self.host_devices[self.built_hosts[0]]
 
     @property
@@ -318,7 +318,7 @@ class TPUContext(object):
         """The CPU of a host (of the replica's host when `replica_id` is given); this process's CPU off a cluster."""
         ctx = self._internal_ctx
         if not ctx.on_cluster:
-            return ctx.host_device
+            return ctx.host_work_device
         if replica_id is not None:
             host_id = ctx.host_of_replica(replica_id)
         if not 0 <= host_id < ctx.num_hosts:

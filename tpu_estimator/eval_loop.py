@@ -4,7 +4,7 @@ One step, top to bottom (`EvalLoop._step`):
 
 1. read inputs: each replica's `(features, labels)` (`step_feed.StepFeed.for_evaluation`, `input_pipeline.py`);
 2. embedding lookup: the step's activations, tables read-only (`embedding_bridge.py`);
-3. replicate `model_fn` on every replica (`sharded_step.replicate_model_fn`);
+3. replicate `model_fn` on every replica (`shared_stages.replicate_model_fn`);
 4. metrics: the `eval_metrics` tensors of every replica, concatenated on the host, go through `eval_metrics`'
    function, whose update ops run in the step, so every metric sees every step's rows as upstream's outfeed thread
    makes it see them; replica 0's loss is summed, and a counter of the steps read advances.
@@ -27,7 +27,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, graph_walk, sharded_step
+from tpu_estimator import _estimator_lib, _tf_internal, graph_walk, shared_stages
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.collectives import HostCollectives
@@ -52,7 +52,7 @@ class TracedEvalStep:
     metric_inputs: Optional[List[tf.Tensor]]
 
 
-class EvalLoop(sharded_step.ModeOnShards):
+class EvalLoop(shared_stages.ModeOnShards):
     """Builds the EVAL graph on shards: the loop over N steps with the metric updates in it, and the hooks.
 
     Args:
@@ -60,17 +60,17 @@ class EvalLoop(sharded_step.ModeOnShards):
       ctx: the `ShardingContext` of EVAL.
     """
 
-    def __init__(self, settings: sharded_step.ShardedSettings, ctx: ShardingContext):
+    def __init__(self, settings: shared_stages.ShardedSettings, ctx: ShardingContext):
         super(EvalLoop, self).__init__(settings, ctx)
         self._metric_variables = MetricVariables()
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
         """Calls `input_fn`, builds the loop, and returns its `EstimatorSpec` (loss, metric ops, hooks, scaffold)."""
         ctx = self._ctx
-        collectives = sharded_step.host_collectives(ctx)
-        bridge = sharded_step.embedding_bridge(self._settings, ctx, collectives)
+        collectives = shared_stages.host_collectives(ctx)
+        bridge = shared_stages.build_embedding_bridge(self._settings, ctx, collectives)
         feed = StepFeed.for_evaluation(FeedSources(call_input_fn, self._settings, ctx, bridge))
-        with tf.device(ctx.host_device):
+        with tf.device(ctx.host_work_device):
             steps_read = tf.compat.v1.Variable(
                 0,
                 dtype=tf.int64,
@@ -84,7 +84,7 @@ class EvalLoop(sharded_step.ModeOnShards):
         def step(step_counter, total_loss):
             return self._step(feed, bridge, collectives, steps_read, step_counter, total_loss)
 
-        (steps, total_loss), traced = sharded_step.traced_loop(step, initial, iterations, "evaluation_loop")
+        (steps, total_loss), traced = shared_stages.traced_loop(step, initial, iterations, "evaluation_loop")
         if bridge is not None:
             bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
         spec = traced.replica0_spec
@@ -124,12 +124,12 @@ class EvalLoop(sharded_step.ModeOnShards):
         metric function sees every host's rows (gathered in host order, the replicas' order).
         """
         per_replica = feed.read().per_replica
-        specs = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, bridge, collectives).specs
+        specs = shared_stages.replicate_model_fn(self._settings, self._ctx, per_replica, bridge, collectives).specs
         spec = specs[0]
         if spec.loss is None:
             raise ValueError("model_fn must return loss in EVAL mode.")
         # A step is read when every replica's step is: with per-host or per-shard input a replica may hit the end.
-        with tf.device(self._ctx.host_device), tf.control_dependencies([s.loss for s in specs]):
+        with tf.device(self._ctx.host_work_device), tf.control_dependencies([s.loss for s in specs]):
             side_effects = [steps_read.assign_add(1)]
         metric_inputs = None
         if spec.eval_metrics is not None:
@@ -137,7 +137,7 @@ class EvalLoop(sharded_step.ModeOnShards):
             side_effects.extend(updates)
         loss = tf.cast(spec.loss, tf.float32)
         if collectives is not None:
-            with tf.device(self._ctx.host_device):
+            with tf.device(self._ctx.host_work_device):
                 loss = collectives.all_gather(tf.reshape(loss, [1]))[0]
         with tf.control_dependencies(side_effects):
             loss = tf.identity(loss)
@@ -151,7 +151,7 @@ class EvalLoop(sharded_step.ModeOnShards):
         Returns:
           `(the function's inputs: every replica's tensors concatenated on the host, its update ops)`.
         """
-        host = self._ctx.host_device
+        host = self._ctx.host_work_device
         metric_inputs = host_calls_lib.concat_over_replicas("eval_metrics", per_replica_metrics, host)
         if collectives is not None:
             with tf.device(host):
@@ -165,7 +165,7 @@ class EvalLoop(sharded_step.ModeOnShards):
     def _metric_values(self, metric_fn_call, metric_inputs: List[tf.Tensor]) -> dict:
         """After the loop: `eval_metrics`' function again, on placeholders shaped as the loop's `metric_inputs`,
         over the loop's metric variables."""
-        with tf.device(self._ctx.host_device):
+        with tf.device(self._ctx.host_work_device):
             inputs = [
                 tf.compat.v1.placeholder(t.dtype, t.shape, name="eval_metrics_input_%d" % i)
                 for i, t in enumerate(metric_inputs)

@@ -355,7 +355,7 @@ class _PerHostV2Reader(object):
             per_replica.append((features, labels))
         if not predict:
             return StepInput(per_replica)
-        with tf.device(ctx.host_device):
+        with tf.device(ctx.host_work_device):
             any_value = tf.reduce_any(tf.stack(has_values))
             # At the end of the input (no replica got data) this reads the exhausted iterator: OutOfRange, raised
             # before the padded inputs (and so the model) are computed.

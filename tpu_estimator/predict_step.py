@@ -1,7 +1,7 @@
 """PREDICT on shards: one step per `Session.run`.
 
 read inputs, padded to the predict batch (`input_pipeline.py`) -> embedding lookup (`embedding_bridge.py`, tables
-read-only) -> replicate `model_fn` (`sharded_step.replicate_model_fn`) -> the predictions of all replicas joined on
+read-only) -> replicate `model_fn` (`shared_stages.replicate_model_fn`) -> the predictions of all replicas joined on
 the host, padded rows dropped.
 
 With an `EmbeddingConfigSpec` the first two stages run ahead of the step, in the embedding infeed's thread
@@ -13,14 +13,14 @@ from typing import Any, List
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, sharded_step
+from tpu_estimator import _estimator_lib, shared_stages
 from tpu_estimator.spec import call_scaffold_fn
 from tpu_estimator.step_feed import FeedSources, StepFeed
 
 ModeKeys = _estimator_lib.ModeKeys
 
 
-class PredictStep(sharded_step.ModeOnShards):
+class PredictStep(shared_stages.ModeOnShards):
     """Builds the PREDICT graph on shards: one step over every replica, its predictions and hooks."""
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
@@ -29,12 +29,12 @@ class PredictStep(sharded_step.ModeOnShards):
         Raises:
           ValueError: no predictions, or predictions without a batch dimension.
         """
-        collectives = sharded_step.host_collectives(self._ctx)
-        bridge = sharded_step.embedding_bridge(self._settings, self._ctx, collectives)
+        collectives = shared_stages.host_collectives(self._ctx)
+        bridge = shared_stages.build_embedding_bridge(self._settings, self._ctx, collectives)
         feed = StepFeed.for_prediction(FeedSources(call_input_fn, self._settings, self._ctx, bridge))
         inputs = feed.read()
         # With one process per host, each host predicts its own rows.
-        specs = sharded_step.replicate_model_fn(
+        specs = shared_stages.replicate_model_fn(
             self._settings, self._ctx, inputs.per_replica, bridge, collectives
         ).specs
         if bridge is not None:
@@ -55,7 +55,7 @@ class PredictStep(sharded_step.ModeOnShards):
 
     def _join_predictions(self, per_replica_predictions: List[Any], masks: List[tf.Tensor]) -> Any:
         """The predictions of every replica joined on the host, without the padded rows."""
-        with tf.device(self._ctx.host_device):
+        with tf.device(self._ctx.host_work_device):
             mask = tf.concat(masks, axis=0) if len(masks) > 1 else masks[0]
 
             def gather(*replica_values):

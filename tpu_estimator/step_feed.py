@@ -28,7 +28,7 @@ from tpu_estimator.embedding_exchange import HostEmbeddingExchange
 from tpu_estimator.embedding_infeed import EmbeddingInfeed
 from tpu_estimator.embedding_spec import resolve_embedding_config
 from tpu_estimator.input_pipeline import InputPipeline
-from tpu_estimator.sharded_step import ShardedSettings
+from tpu_estimator.shared_stages import ShardedSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +112,7 @@ class StepFeed(object):
 
         infeed = EmbeddingInfeed(
             read_and_preprocess,
-            ctx.host_device,
+            ctx.host_work_device,
             embedding_infeed.steps_per_run(ctx.global_batch_size, len(bridge.features)),
         )
         if ctx.process_per_host:
@@ -138,7 +138,7 @@ class StepFeed(object):
 
             # Errors at the next hook call: one run of the step takes all the evaluation's steps, so the thread's
             # error cannot wait for the caller's runs (PREDICT's errors_in_order).
-            infeed = EmbeddingInfeed(read_and_look_up, ctx.host_device, 1)
+            infeed = EmbeddingInfeed(read_and_look_up, ctx.host_work_device, 1)
             return cls(
                 lambda: FedStep([r for replicas in infeed.dequeue() for r in replicas]), input_hooks, infeed.hook
             )
@@ -172,7 +172,7 @@ class StepFeed(object):
         # One batch per run of the thread: the step itself takes a Session.run per batch, so the thread's runs cost
         # no more than the step's. A bad batch fails after the batches before it are predicted, as without the
         # lookahead.
-        infeed = EmbeddingInfeed(read_and_look_up, ctx.host_device, 1, errors_in_order=True)
+        infeed = EmbeddingInfeed(read_and_look_up, ctx.host_work_device, 1, errors_in_order=True)
 
         def read() -> FedStep:
             replicas = [replica for host_replicas in infeed.dequeue() for replica in host_replicas]

@@ -17,7 +17,7 @@ from tpu_estimator import (
     data_errors,
     host_train_and_evaluate,
     predict_step,
-    sharded_step,
+    shared_stages,
     train_guard,
 )
 from tpu_estimator import cluster as cluster_lib
@@ -481,7 +481,7 @@ class TPUEstimator(_estimator_lib.Estimator):
         return _model_fn
 
     def _call_on_shards(self, model_fn, deferred_input: DeferredInput, mode, config, params, ctx):
-        settings = sharded_step.ShardedSettings(
+        settings = shared_stages.ShardedSettings(
             model_fn=model_fn,
             config=config,
             params=params,

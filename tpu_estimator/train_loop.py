@@ -5,7 +5,7 @@ One step, top to bottom (`TrainLoop._step`):
 1. read inputs and look up the embeddings (`step_feed.StepFeed.for_training`): each replica's `(features,
    labels)`; with an `EmbeddingConfigSpec`, the ids were preprocessed ahead of the loop by the embedding infeed
    thread (`embedding_infeed.py`), and the step dequeues them and looks up the activations (`embedding_bridge.py`);
-2. replicate `model_fn` (`sharded_step.replicate_model_fn`): replica 0 traced and copied (`stamping.py`) or one
+2. replicate `model_fn` (`shared_stages.replicate_model_fn`): replica 0 traced and copied (`stamping.py`) or one
    build per replica (`replication.py`); replica 0's `train_op` runs;
 3. reduce and update: dense gradients are summed across replicas by `CrossShardOptimizer` inside the replicas
    (checked here); the embedding gradients tapped in every replica (`Replicas.tapped_gradients`) are joined and
@@ -23,7 +23,7 @@ from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, mirrored_variables, sharded_step
+from tpu_estimator import _estimator_lib, _tf_internal, mirrored_variables, shared_stages
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator import host_calls as host_calls_lib
 from tpu_estimator.collectives import HostCollectives
@@ -69,7 +69,7 @@ class TracedTrainLoop:
     replica0_spec: Any
 
 
-class TrainLoop(sharded_step.ModeOnShards):
+class TrainLoop(shared_stages.ModeOnShards):
     """Builds the TRAIN graph on shards: the loop, its train op and its hooks.
 
     Args:
@@ -78,15 +78,15 @@ class TrainLoop(sharded_step.ModeOnShards):
       ctx: the `ShardingContext` of TRAIN.
     """
 
-    def __init__(self, settings: sharded_step.ShardedSettings, loop_settings: TrainLoopSettings, ctx: ShardingContext):
+    def __init__(self, settings: shared_stages.ShardedSettings, loop_settings: TrainLoopSettings, ctx: ShardingContext):
         super(TrainLoop, self).__init__(settings, ctx)
         self._loop_settings = loop_settings
-        self._host_calls = host_calls_lib.HostCallOutfeed(ctx.host_device, loop_settings.host_call_every_n_steps)
+        self._host_calls = host_calls_lib.HostCallOutfeed(ctx.host_work_device, loop_settings.host_call_every_n_steps)
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
         """Calls `input_fn`, builds the loop, and returns its `EstimatorSpec` (train op, loss, hooks, scaffold)."""
-        collectives = sharded_step.host_collectives(self._ctx)
-        bridge = sharded_step.embedding_bridge(self._settings, self._ctx, collectives)
+        collectives = shared_stages.host_collectives(self._ctx)
+        bridge = shared_stages.build_embedding_bridge(self._settings, self._ctx, collectives)
         feed = StepFeed.for_training(FeedSources(call_input_fn, self._settings, self._ctx, bridge))
         traced = self._build_loop(feed, bridge, collectives)
         if bridge is not None:
@@ -149,7 +149,7 @@ class TrainLoop(sharded_step.ModeOnShards):
         def step(step_counter, unused_loss, *pending):
             return self._step(feed, bridge, collectives, step_counter, list(pending))
 
-        outputs, replica0_spec = sharded_step.traced_loop(
+        outputs, replica0_spec = shared_stages.traced_loop(
             step, initial, iterations, "training_loop", shape_invariants=invariants
         )
         loss = outputs[1]
@@ -188,14 +188,14 @@ class TrainLoop(sharded_step.ModeOnShards):
 
     def _replicate_model_fn(
         self, per_replica: List[Any], bridge: Optional[EmbeddingBridge], collectives: Optional[HostCollectives]
-    ) -> sharded_step.Replicas:
+    ) -> shared_stages.Replicas:
         """`model_fn` on every replica; checks that replica 0 returned a loss and a train op.
 
         Raises:
           ValueError: several replicas but no cross-replica reduction (no `CrossShardOptimizer`), or no
             loss/train_op.
         """
-        replicas = sharded_step.replicate_model_fn(self._settings, self._ctx, per_replica, bridge, collectives)
+        replicas = shared_stages.replicate_model_fn(self._settings, self._ctx, per_replica, bridge, collectives)
         if self._ctx.num_replicas > 1 and replicas.num_reductions == 0:
             raise ValueError("CrossShardOptimizer must be used for model training on TPUs.")
         spec = replicas.specs[0]
@@ -208,7 +208,7 @@ class TrainLoop(sharded_step.ModeOnShards):
         feed: StepFeed,
         bridge: Optional[EmbeddingBridge],
         inputs: FedStep,
-        replicas: sharded_step.Replicas,
+        replicas: shared_stages.Replicas,
         pending: List[tf.Tensor],
         step_ops,
     ) -> Tuple[List[tf.Operation], List[tf.Tensor]]:
@@ -234,7 +234,7 @@ class TrainLoop(sharded_step.ModeOnShards):
         _tf_internal.order_variable_writes_after([update], step_ops)
         return [update], next_pending
 
-    def _enqueue_host_calls(self, replicas: sharded_step.Replicas, step: tf.Tensor, step_ops) -> List[tf.Operation]:
+    def _enqueue_host_calls(self, replicas: shared_stages.Replicas, step: tf.Tensor, step_ops) -> List[tf.Operation]:
         """Queues the `host_call` tensors of every replica (every n-th step)."""
         if getattr(replicas.specs[0], "host_call", None) is None:
             return []

@@ -76,7 +76,7 @@ def host_collectives(ctx: ShardingContext) -> Optional[HostCollectives]:
     return HostCollectives(ctx.num_hosts, host, ctx.host_devices[host], timeout_ms / 1000.0)
 
 
-def embedding_bridge(
+def build_embedding_bridge(
     settings: ShardedSettings, ctx: ShardingContext, collectives: Optional[HostCollectives] = None
 ) -> Optional[EmbeddingBridge]:
     """The bridge to the embedding engine for this mode, or None without an `EmbeddingConfigSpec`.
@@ -102,7 +102,7 @@ def embedding_bridge(
             collectives.host,
             ctx.replica_devices,
             [ctx.host_of_replica(r) for r in range(ctx.num_replicas)],
-            ctx.host_device,
+            ctx.host_work_device,
             embedding_exchange.new_generation(),
         )
     return EmbeddingBridge(
