@@ -8,8 +8,6 @@ TensorFlow 2.16+ when tf-keras is installed and `TF_USE_LEGACY_KERAS` is unset (
 """
 
 import importlib
-import sys
-import types
 from typing import Any
 
 
@@ -44,7 +42,7 @@ _EXPORTS = {
     "CrossShardOptimizer": "replication",
     "cross_replica_sum": "replication",
     "outside_compilation": "replication",
-    "rewrite": "rewrite",
+    "rewrite": "device_rewrite",
     "TPUEstimatorSpec": "spec",
     "InputPipelineConfig": "tpu_config",
     "RunConfig": "tpu_config",
@@ -65,19 +63,6 @@ def __getattr__(name: str) -> Any:
         if e.name != f"{__name__}.{name}":
             raise
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-class _Package(types.ModuleType):
-    """The package module: an exported name that is also a submodule's name (`rewrite`) stays the exported
-    function when the submodule is imported (as when this `__init__` imported everything eagerly)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType) and value.__name__ == f"{__name__}.{name}":
-            return  # the import system registering the submodule: `__getattr__` gives the exported name
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 def __dir__():

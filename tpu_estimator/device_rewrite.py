@@ -1,4 +1,5 @@
-"""`rewrite`: run a computation as one device program, like `tf.compat.v1.tpu.rewrite`."""
+"""`rewrite`: run a computation as one device program, like `tf.compat.v1.tpu.rewrite` (exported as
+`tpu_estimator.rewrite`)."""
 
 from typing import Any, Callable, List, Optional, Sequence
 
