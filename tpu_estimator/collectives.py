@@ -125,10 +125,23 @@ def int_from_chief(
       device: this host's CPU.
       target: this process's session target.
       config: the session config.
-      timeout_secs: how long to wait for the chief (in place of the session's operation deadline).
+      timeout_secs: how long the other hosts wait for the chief (in place of the session's operation deadline).
+        The chief itself waits the operation deadline at most (`chief_wait_secs`).
     """
+    timeout_secs = chief_wait_secs(config, timeout_secs) if host == 0 else timeout_secs
     with tf.Graph().as_default():
         shared = HostCollectives(num_hosts, host, device, timeout_secs).from_chief(tf.constant(value, tf.int64))
         options = tf.compat.v1.RunOptions(timeout_in_ms=int(timeout_secs * 1000))
         with tf.compat.v1.Session(target, config=config) as session:
             return int(session.run(shared, options=options))
+
+
+def chief_wait_secs(config: Optional[tf.compat.v1.ConfigProto], receivers_wait_secs: float) -> float:
+    """How long the chief's side of a broadcast waits: the session's operation deadline when it has one.
+
+    The hosts that receive may wait long for the chief (it saves a checkpoint, it exports); the chief only hands
+    its value over. A receiver that died meanwhile does not fail the chief's send (a send opens no connection), so
+    the chief bounds its wait by the deadline of any other step.
+    """
+    deadline_ms = config.operation_timeout_in_ms if config is not None else 0
+    return deadline_ms / 1000.0 if deadline_ms else receivers_wait_secs

@@ -112,22 +112,25 @@ def train_and_evaluate_on_hosts(
       eval_spec: an `EvalSpec`.
 
     Returns:
-      `(metrics of the last evaluation, export results of the last evaluation)`, the same on every host.
+      `(metrics of the last evaluation, export results of the last evaluation)`, the same on every host; `(None,
+      None)` when nothing was evaluated.
 
     Raises:
       RuntimeError: a checkpoint the chief picked was not there to evaluate.
     """
     cluster = estimator.config.tpu_cluster
+    wait_secs = CHIEF_PICK_WAIT_SECS
+    if cluster.is_chief:
+        wait_secs = collectives.chief_wait_secs(estimator.config.session_config, CHIEF_PICK_WAIT_SECS)
     host_collectives = collectives.HostCollectives(
-        cluster.num_hosts, cluster.this_host, cluster.host_device(cluster.this_host), CHIEF_PICK_WAIT_SECS
+        cluster.num_hosts, cluster.this_host, cluster.host_device(cluster.this_host), wait_secs
     )
     evaluator = evaluator_lib.Evaluator(estimator, eval_spec, train_spec.max_steps)
-    last: Dict[str, Any] = {"result": None, "exports": []}
+    last: Dict[str, Any] = {"result": None, "exports": None}
 
     def evaluate(global_step: int) -> None:
-        # The chief's checkpoint of that step, by name: every host evaluates the same one whatever its view of the
-        # `checkpoint` state file.
-        path = os.path.join(estimator.model_dir, "model.ckpt-{}".format(global_step))
+        # The chief's checkpoint of that step: every host evaluates the same one, whatever the newest it sees.
+        path = _checkpoint_of_step(estimator.model_dir, global_step)
         if not tf.io.gfile.exists(path + ".index"):
             raise RuntimeError(
                 "Host {} cannot read the checkpoint {} the chief saved for evaluation: model_dir must be a path every "
@@ -154,4 +157,16 @@ def train_and_evaluate_on_hosts(
     if final_pick != _NOT_PICKED:
         evaluate(final_pick)
     result = last["result"]
-    return (result.metrics if result is not None else None), last["exports"]
+    if result is None:  # nothing evaluated (a run resumed at max_steps), as the local loop returns it
+        return None, None
+    return result.metrics, last["exports"]
+
+
+def _checkpoint_of_step(model_dir: str, global_step: int) -> str:
+    """The path of `model_dir`'s checkpoint at `global_step` (from its `checkpoint` state; `model.ckpt-N` else)."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    suffix = "-{}".format(global_step)
+    for path in list(state.all_model_checkpoint_paths) if state else []:
+        if path.endswith(suffix):
+            return path if os.path.isabs(path) else os.path.join(model_dir, path)
+    return os.path.join(model_dir, "model.ckpt" + suffix)

@@ -127,8 +127,14 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
             while not self._stop.is_set():
                 session.run(self._enqueue_op, options=options)
                 self._steps_queued += 1
-        except (tf.errors.CancelledError, tf.errors.OutOfRangeError) as error:
-            if not self._stop.is_set() and isinstance(error, tf.errors.OutOfRangeError):
+        except tf.errors.OutOfRangeError:
+            if not self._stop.is_set():
+                self._close(session)
+        except tf.errors.CancelledError as error:
+            # Stopping, the close cancels the thread's run; otherwise something else cancelled it (a collective
+            # aborted by a lost host): the caller gets the error.
+            if not self._stop.is_set():
+                self._error = error
                 self._close(session)
         except Exception as error:
             if not self._stop.is_set():

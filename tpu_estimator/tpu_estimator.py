@@ -219,6 +219,14 @@ class TPUEstimator(_estimator_lib.Estimator):
         self._log_every_n_steps = config.log_step_count_steps
         self._log_every_n_secs = None
         if self._iterations_per_training_loop.unit == "seconds":
+            cluster = config.tpu_cluster
+            if cluster is not None and cluster.process_per_host:
+                raise ValueError(
+                    "With one process per host, TPUConfig.iterations_per_loop must be a number of steps, not {!r}: "
+                    "each host would time its own loops, and the hosts' runs must end at the same steps.".format(
+                        config.tpu_config.iterations_per_loop
+                    )
+                )
             self._log_every_n_secs = self._iterations_per_training_loop.value
             self._log_every_n_steps = None
         config = config.replace(log_step_count_steps=None)

@@ -6,12 +6,16 @@ host (the core's local loop: upstream's on TF 2.15, ours on 2.21) and as a job o
 """
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tests.cluster import host_jobs
+from tests.cluster.local_cluster import free_ports
+from tpu_estimator.app import hosts
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "host_train_and_evaluate_program.py")
 STEPS = 10  # checkpoints at 0, 4, 8 and 10 (the last step)
@@ -54,3 +58,23 @@ def test_the_chiefs_throttle_picks_for_every_host(tmp_path):
     for result in host_jobs.host_results(tmp_path / "job", 3):
         assert [(e["step"], e["final"]) for e in result["evaluations"]] == [(4, False), (10, True)]
         assert result["metrics"]["global_step"] == STEPS
+
+
+def test_a_time_iterations_per_loop_is_refused_with_one_process_per_host():
+    # Each host would time its own loops; the hosts' runs (and the chief's evaluation picks) must end at one step.
+    code = (
+        "import tensorflow as tf\n"
+        "import tpu_estimator as te\n"
+        "config = te.RunConfig(model_dir='unused', tpu_config=te.TPUConfig(iterations_per_loop='30s', num_shards=1))\n"
+        "try:\n"
+        "    te.TPUEstimator(model_fn=lambda features, labels, mode, params: None, config=config, train_batch_size=8)\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    (port,) = free_ports(1)
+    env = dict(host_jobs.program_env(), TF_CONFIG=hosts.host_tf_config(["127.0.0.1:{}".format(port)], 0))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == (
+        "With one process per host, TPUConfig.iterations_per_loop must be a number of steps, not '30s': each host "
+        "would time its own loops, and the hosts' runs must end at the same steps."
+    ), out.stderr[-2000:]

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import embedding
 import tpu_estimator as te
-from tpu_estimator import compat
+from tpu_estimator import _estimator_lib, compat
 from tpu_estimator import estimator as tf_estimator
 from tpu_estimator.compat import cluster_resolver as cluster_resolver_lib
 from tpu_estimator.compat import launcher as run_lib
@@ -64,6 +64,12 @@ def _snapshot():
     snapshot["tf.contrib"] = hasattr(tf, "contrib")
     snapshot["v1.contrib"] = hasattr(v1, "contrib")
     snapshot["estimator.tpu"] = _lookup("estimator.tpu") is not _MISSING
+    if _estimator_lib.CORE == "upstream":
+        import tensorflow_estimator
+
+        snapshot["tensorflow_estimator.estimator.train_and_evaluate"] = (
+            tensorflow_estimator.estimator.train_and_evaluate
+        )
     for path in ("estimator", "compat.v1.estimator", "compat.v2.estimator"):
         snapshot[path + ".train_and_evaluate"] = _lookup(path + ".train_and_evaluate")
     snapshot["v1.__all__"] = list(v1.__all__)
@@ -113,6 +119,10 @@ def test_install_replaces_names_and_uninstall_restores_them_exactly():
         # otherwise: every spelling of it is the one of tpu_estimator.estimator.
         for root in (tf, v1, tf.compat.v2):
             assert root.estimator.train_and_evaluate is tf_estimator.train_and_evaluate
+        if _estimator_lib.CORE == "upstream":
+            import tensorflow_estimator
+
+            assert tensorflow_estimator.estimator.train_and_evaluate is tf_estimator.train_and_evaluate
         # Names TensorFlow keeps: the feature columns our EmbeddingConfigSpec reads.
         assert v1.tpu.experimental.embedding_column.__module__.startswith("tensorflow.")
     finally:

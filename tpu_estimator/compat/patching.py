@@ -55,6 +55,17 @@ _API_ROOTS = (
 )
 
 
+# tensorflow_estimator's modules that hold `train_and_evaluate` besides TensorFlow's API modules.
+_UPSTREAM_TRAIN_AND_EVALUATE_MODULES = (
+    "tensorflow_estimator.python.estimator.training",
+    "tensorflow_estimator.python.estimator.estimator_lib",
+    "tensorflow_estimator._api.v1.estimator",
+    "tensorflow_estimator._api.v2.estimator",
+    "tensorflow_estimator.python.estimator.api._v1.estimator",
+    "tensorflow_estimator.python.estimator.api._v2.estimator",
+)
+
+
 def _existing(paths) -> List[str]:
     found = []
     for path in paths:
@@ -133,7 +144,8 @@ def _targets() -> tuple:
         estimator_paths = _existing([(root + "." if root else "") + "estimator" for root in roots])
         estimator_targets += [(path, ours) for path in estimator_paths]
         estimator_targets += [("as_bound:" + path, ours) for path in estimator_paths]
-        estimator_targets.append(("module:tensorflow_estimator.python.estimator.training", ours))
+        for module in _UPSTREAM_TRAIN_AND_EVALUATE_MODULES:
+            estimator_targets.append(("module:" + module, ours))
     else:
         # Our core: every spelling of tf.estimator, tensorflow_estimator and tensorflow.python.estimator is ours
         # (TensorFlow 2.16+ has none of them; on 2.15 with TPU_ESTIMATOR_CORE=ours upstream's are hidden, so that
