@@ -78,3 +78,14 @@ def test_a_time_iterations_per_loop_is_refused_with_one_process_per_host():
         "With one process per host, TPUConfig.iterations_per_loop must be a number of steps, not '30s': each host "
         "would time its own loops, and the hosts' runs must end at the same steps."
     ), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("killed", [0, 1], ids=["chief_killed", "host1_killed"])
+def test_a_host_killed_at_an_evaluation_fails_the_other_within_60s_naming_it(tmp_path, killed):
+    # Killed as the checkpoint at step 4 (picked for evaluation) appears: the other host is at the evaluation, whose
+    # session would wait for the lost host for ever.
+    args = [tmp_path / "job", 4, 40, 0]
+    code, elapsed, output = host_jobs.kill_one_host_mid_training(PROGRAM, args, tmp_path / "job", tmp_path, killed)
+    assert code != 0
+    assert elapsed < 60, elapsed
+    assert "ClusterError" in output and "/job:worker/task:{}".format(killed) in output, output[-3000:]
