@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tests.cluster import host_jobs
 from tests.cluster.local_cluster import free_ports
+from tpu_estimator import collectives, host_train_and_evaluate
 from tpu_estimator.app import hosts
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "host_train_and_evaluate_program.py")
@@ -89,3 +90,28 @@ def test_a_host_killed_at_an_evaluation_fails_the_other_within_60s_naming_it(tmp
     assert code != 0
     assert elapsed < 60, elapsed
     assert "ClusterError" in output and "/job:worker/task:{}".format(killed) in output, output[-3000:]
+
+
+def test_every_host_evaluates_the_chiefs_checkpoint_of_the_step_whatever_its_basename(tmp_path):
+    # A user's CheckpointSaverHook may name its checkpoints otherwise than model.ckpt: the picked step's path comes
+    # from the checkpoint state; without one, model.ckpt-N.
+    state = tf.compat.v1.train.generate_checkpoint_state_proto(
+        str(tmp_path), str(tmp_path / "mine.ckpt-8"), [str(tmp_path / "mine.ckpt-4"), str(tmp_path / "mine.ckpt-8")]
+    )
+    tf.compat.v1.train.update_checkpoint_state(
+        str(tmp_path), state.model_checkpoint_path, list(state.all_model_checkpoint_paths)
+    )
+    assert host_train_and_evaluate._checkpoint_of_step(str(tmp_path), 4) == str(tmp_path / "mine.ckpt-4")
+    assert host_train_and_evaluate._checkpoint_of_step(str(tmp_path), 8) == str(tmp_path / "mine.ckpt-8")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert host_train_and_evaluate._checkpoint_of_step(str(empty), 4) == str(empty / "model.ckpt-4")
+
+
+def test_the_chief_waits_for_the_others_the_operation_deadline_at_most():
+    # The hosts that receive wait long for the chief; the chief's send cannot notice a lost receiver, so it waits
+    # the session's operation deadline (40 s on a cluster by default) when there is one.
+    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=40_000)
+    assert collectives.chief_wait_secs(config, 3600) == 40.0
+    assert collectives.chief_wait_secs(tf.compat.v1.ConfigProto(), 3600) == 3600
+    assert collectives.chief_wait_secs(None, 3600) == 3600
