@@ -19,14 +19,17 @@ import threading
 import time
 from typing import Optional
 
-# Before TensorFlow loads: level 3 also hides the CUDA plugin registration errors printed at level 2.
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-
 import numpy as np
-import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a fresh clone even before `pip install -e .`
+
+from tpu_estimator.app import quiet
+
+# Before TensorFlow loads: level 3 also hides the CUDA plugin registration errors printed at level 2. The start-up
+# lines TF 2.21 prints before its log settings apply are filtered by `quiet`.
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+tf = quiet.import_tensorflow()
 
 from tpu_estimator.app import config_file, models
 from tpu_estimator.app import predict as cli_predict

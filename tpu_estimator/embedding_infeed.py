@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import tensorflow as tf
 
 from tpu_estimator import _tf_internal
-from tpu_estimator.input_pipeline import TensorInfeedHook
+from tpu_estimator.input_pipeline import TensorInfeedHook, drain
 from tpu_estimator.queued_structure import QueuedStructure
 
 # A step's structures per host: `[(host CPU device, structure of tensors and None leaves)]`.
@@ -54,6 +54,8 @@ class EmbeddingInfeed(object):
       steps: how many steps each `Session.run` of the thread prepares (`steps_per_run`).
       errors_in_order: a failure of the host stage is raised after the steps queued before it
         (`TensorInfeedHook`); needs one step per run.
+      drained_at_end: the step is the queues' one consumer, so the session's end may take what they hold for the
+        thread's last run to complete (`TensorInfeedHook`'s `drain_op`); False when another thread dequeues them.
 
     Raises:
       ValueError: `errors_in_order` with more than one step per run.
@@ -68,6 +70,7 @@ class EmbeddingInfeed(object):
         host_device: str,
         steps: int,
         errors_in_order: bool = False,
+        drained_at_end: bool = True,
     ):
         if errors_in_order and steps != 1:
             raise ValueError("errors_in_order needs one step per run of the infeed thread, got {}.".format(steps))
@@ -76,10 +79,13 @@ class EmbeddingInfeed(object):
         self._queues = None
         self._devices = None
         self._queued = None
+        # Closed (never filled) when the session ends: the loop then stops after its current step.
+        with tf.device(host_device):
+            stop_signal = tf.queue.FIFOQueue(1, [tf.bool], shapes=[[]], name="embedding_infeed_stop")
         # Each Session.run of the infeed thread prepares several steps (a per-step run would bound small models).
         with _tf_internal.v1_control_flow():
             enqueue_op = tf.compat.v1.while_loop(
-                lambda index: index < steps,
+                lambda index: tf.logical_and(index < steps, tf.logical_not(stop_signal.is_closed())),
                 self._enqueue_step,
                 [tf.constant(0)],
                 parallel_iterations=1,
@@ -87,7 +93,13 @@ class EmbeddingInfeed(object):
             )
         closes = [queue.close(cancel_pending_enqueues=True) for queue in self._queues]
         close = closes[0] if len(closes) == 1 else tf.group(*closes)
-        self.hook = TensorInfeedHook(enqueue_op.op, close, errors_in_order=errors_in_order)
+        self.hook = TensorInfeedHook(
+            enqueue_op.op,
+            close,
+            errors_in_order=errors_in_order,
+            stop_op=stop_signal.close() if drained_at_end else None,
+            drain_op=drain(self._queues) if drained_at_end else None,
+        )
 
     def _enqueue_step(self, index: tf.Tensor) -> tf.Tensor:
         parts = self._host_stage()

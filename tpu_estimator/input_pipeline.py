@@ -22,6 +22,8 @@ from tpu_estimator.tpu_config import InputPipelineConfig
 
 ModeKeys = _estimator_lib.ModeKeys
 _REMOTE_ENQUEUE_TIMEOUT_MS = 24 * 3600 * 1000
+# How long a session's end drains the thread's queues for its last run to complete before cancelling it.
+_DRAIN_SECS = 5.0
 
 
 def split_features_and_labels(element: Any) -> Tuple[Any, Any]:
@@ -76,6 +78,11 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
     ended the session): a caller that stopped earlier (a hook's `request_stop`, a generator closed) never asked for
     the failing step, and gets no error for it. An error the thread meets once the session is ending is not one.
 
+    At the session's end, with a `drain_op`, the thread's last run completes instead of being cancelled: the hook
+    runs `stop_op` (the enqueue loop ends after its current step) and then `drain_op` until the thread is done, for
+    at most `_DRAIN_SECS`; only then does it close the queues, cancelling what still waits. A cancelled run is an
+    error inside TensorFlow's runtime, which logs it ("Local rendezvous is aborting with status: CANCELLED").
+
     Args:
       enqueue_op: what the thread runs, again and again.
       close_op: closes the queue(s) the step dequeues from (run when the thread fails: the step's dequeue then
@@ -87,6 +94,10 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
       end_close_op: closes every queue the thread may wait on, run at the end of the session; `close_op` if
         None. A queue the step only enqueues into belongs here, not in `close_op`: the step's enqueue into a
         closed queue fails with a `CancelledError` that would hide the thread's error.
+      stop_op: tells an in-graph enqueue loop to end after its current step (None: each run enqueues one step,
+        and the thread stops between runs).
+      drain_op: takes whatever the thread's queues hold, without blocking; only valid when the step is their one
+        consumer. None: the end cancels the thread's pending run.
     """
 
     def __init__(
@@ -96,8 +107,12 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
         sleep_secs: Optional[int] = None,
         errors_in_order: bool = False,
         end_close_op: Optional[tf.Operation] = None,
+        stop_op: Optional[tf.Operation] = None,
+        drain_op: Optional[tf.Operation] = None,
     ):
         self._enqueue_op = enqueue_op
+        self._stop_op = stop_op
+        self._drain_op = drain_op
         self._close_op = close_op
         self._end_close_op = close_op if end_close_op is None else end_close_op
         self._sleep_secs = sleep_secs
@@ -157,8 +172,23 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
         if not self._errors_in_order:
             self._raise_if_failed()
 
+    def _drain(self, session) -> None:
+        """Lets the thread's last run complete: stops its loop and empties its queues until it is done."""
+        if self._drain_op is None or self._thread is None or self._error is not None:
+            return
+        deadline = time.monotonic() + _DRAIN_SECS
+        try:
+            if self._stop_op is not None:
+                session.run(self._stop_op)
+            while self._thread.is_alive() and time.monotonic() < deadline:
+                session.run(self._drain_op)
+                self._thread.join(0.002)
+        except tf.errors.OpError:
+            pass  # the session is failing: the close below cancels what is left
+
     def end(self, session):
         self._stop.set()
+        self._drain(session)
         self._close(session, self._end_close_op)
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -200,6 +230,7 @@ class _Source(object):
                     self._queue.enqueue(self._queued.tensors),
                     self._queue.close(cancel_pending_enqueues=True),
                     sleep_secs,
+                    drain_op=drain([self._queue]),
                 )
                 self._iterator = None
         self._device = device
@@ -238,6 +269,25 @@ class _Source(object):
                     return split_features_and_labels(self.position.read(self._iterator.get_next))
                 return split_features_and_labels(self._iterator.get_next())
             return self._queued.unpack(self._queue.dequeue())
+
+
+def drain(queues: Sequence[tf.queue.QueueBase]) -> tf.Operation:
+    """Takes one element from each of `queues` that holds one, without blocking (for queues with one consumer:
+    nothing takes the element between the size and the dequeue)."""
+
+    def take(queue: tf.queue.QueueBase) -> tf.Tensor:
+        return tf.cond(
+            queue.size() > 0,
+            lambda: _after(queue.dequeue(), tf.constant(True)),
+            lambda: tf.constant(False),
+        )
+
+    return tf.group(*[take(queue) for queue in queues], name="drain")
+
+
+def _after(values: Any, result: tf.Tensor) -> tf.Tensor:
+    with tf.control_dependencies(tf.nest.flatten(values)):
+        return tf.identity(result)
 
 
 def _empty_batch(spec: tf.TypeSpec) -> Any:

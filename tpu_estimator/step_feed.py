@@ -114,6 +114,8 @@ class StepFeed(object):
             read_and_preprocess,
             ctx.host_work_device,
             embedding_infeed.steps_per_run(ctx.global_batch_size, len(bridge.features)),
+            # With one process per host the exchange's thread dequeues the infeed, not the step.
+            drained_at_end=not ctx.process_per_host,
         )
         if ctx.process_per_host:
             exchange = HostEmbeddingExchange(bridge, infeed, ctx.built_hosts[0], ctx.host_devices)

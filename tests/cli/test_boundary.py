@@ -45,9 +45,11 @@ def one_error_line(capsys, subcommand):
     return lines[0]
 
 
-def run_subprocess(code_or_args, python_code=False, timeout=120):
+def run_subprocess(code_or_args, python_code=False, timeout=120, tf_log_level=None):
     env = dict(os.environ, PYTHONPATH=REPO)
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the command must be quiet on its own
+    if tf_log_level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = str(tf_log_level)
     cmd = [sys.executable, "-c", code_or_args] if python_code else [sys.executable, "-m", "tpu_estimator.app.cli"]
     if not python_code:
         cmd += list(code_or_args)
@@ -387,3 +389,17 @@ def test_a_training_run_says_what_it_does_and_prints_no_tensorflow_log(tmp_path)
     ], proc.stdout
     output = proc.stdout + proc.stderr
     assert not any(marker in output for marker in TF_LOG_MARKERS + ("E0000", "cuInit", "rendezvous")), output
+
+
+def test_runs_with_embeddings_end_without_a_cancelled_run_even_with_tensorflow_warnings_shown(tmp_path):
+    # The infeed threads' last runs complete at the session's end (drained, not cancelled), so TensorFlow has no
+    # "Local rendezvous is aborting with status: CANCELLED" warning to log: train, evaluate and predict.
+    model_dir = f"{tmp_path}/m"
+    train = run_subprocess(
+        ["train", f"--config={TINY}", f"--model_dir={model_dir}", "--set=train.steps=30"], timeout=300, tf_log_level=1
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    evaluate = run_subprocess(["evaluate", f"--model_dir={model_dir}", "--set=eval.steps=4"], timeout=300, tf_log_level=1)
+    assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+    for proc in (train, evaluate):
+        assert "rendezvous" not in proc.stderr and "CANCELLED" not in proc.stderr, proc.stderr
