@@ -14,12 +14,13 @@ On a cluster every host has its own queue on its CPU, holding its replicas' part
 crosses the network.
 """
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
 from tpu_estimator import _tf_internal
-from tpu_estimator.input_pipeline import TensorInfeedHook, drain
+from tpu_estimator.embedding_bridge import EmbeddingBridge
+from tpu_estimator.input_pipeline import InputPipeline, TensorInfeedHook, drain
 from tpu_estimator.queued_structure import QueuedStructure
 
 # A step's structures per host: `[(host CPU device, structure of tensors and None leaves)]`.
@@ -44,12 +45,56 @@ def steps_per_run(global_batch_size: Optional[int], num_features: int) -> int:
     return int(min(_MAX_STEPS_PER_RUN, max(_MIN_STEPS_PER_RUN, -(-_IDS_PER_RUN // ids_per_step))))
 
 
+class HostStage(object):
+    """What the infeed thread builds for one step, per mode: reads the input and runs the embedding's host part.
+
+    Build it with the constructor of its mode; `EmbeddingInfeed` calls it once, in its enqueue loop's body.
+
+    Args:
+      pipeline: the mode's input pipeline, its `input_fn` called.
+      bridge: the mode's `EmbeddingBridge`.
+      mode: which stage: "preprocess" (TRAIN), "look_up" (EVAL) or "look_up_padded" (PREDICT).
+    """
+
+    _MODES = ("preprocess", "look_up", "look_up_padded")
+
+    def __init__(self, pipeline: InputPipeline, bridge: EmbeddingBridge, mode: str):
+        if mode not in self._MODES:
+            raise ValueError("HostStage mode must be one of {}, got {!r}.".format(self._MODES, mode))
+        self._pipeline = pipeline
+        self._bridge = bridge
+        self._mode = mode
+
+    @classmethod
+    def for_training(cls, pipeline: InputPipeline, bridge: EmbeddingBridge) -> "HostStage":
+        """TRAIN: reads a step and preprocesses its ids; the step looks up the activations after the last update."""
+        return cls(pipeline, bridge, "preprocess")
+
+    @classmethod
+    def for_evaluation(cls, pipeline: InputPipeline, bridge: EmbeddingBridge) -> "HostStage":
+        """EVAL: reads a step and looks up its activations (the tables do not change)."""
+        return cls(pipeline, bridge, "look_up")
+
+    @classmethod
+    def for_prediction(cls, pipeline: InputPipeline, bridge: EmbeddingBridge) -> "HostStage":
+        """PREDICT: reads a padded batch and looks up its activations; each replica's part carries its padding mask."""
+        return cls(pipeline, bridge, "look_up_padded")
+
+    def __call__(self) -> HostParts:
+        step = self._pipeline.next_step()
+        if self._mode == "preprocess":
+            return self._bridge.host_parts(*self._bridge.preprocess(step.per_replica))
+        per_replica, _ = self._bridge.prepare(step.per_replica)
+        if self._mode == "look_up":
+            return self._bridge.per_host(per_replica)
+        return self._bridge.per_host(list(zip(per_replica, step.padding_masks)))
+
+
 class EmbeddingInfeed(object):
     """Builds the enqueue loop now (outside the step) and the per-step dequeue later (inside it).
 
     Args:
-      host_stage: builds one step's host stage and returns its parts per host (`HostParts`); called once, in the
-        enqueue loop's body.
+      host_stage: the mode's `HostStage`.
       host_device: where the loop's counter lives.
       steps: how many steps each `Session.run` of the thread prepares (`steps_per_run`).
       errors_in_order: a failure of the host stage is raised after the steps queued before it
@@ -66,7 +111,7 @@ class EmbeddingInfeed(object):
 
     def __init__(
         self,
-        host_stage: Callable[[], HostParts],
+        host_stage: HostStage,
         host_device: str,
         steps: int,
         errors_in_order: bool = False,

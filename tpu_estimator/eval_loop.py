@@ -81,10 +81,22 @@ class EvalLoop(shared_stages.ModeOnShards):
         iterations = hooks_lib.eval_loop_length_tensor()
         initial = [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)]
 
-        def step(step_counter, total_loss):
-            return self._step(feed, bridge, collectives, steps_read, step_counter, total_loss)
+        traces = []  # what the body's one trace built besides its tensors (replica 0's spec, the metric inputs)
 
-        (steps, total_loss), traced = shared_stages.traced_loop(step, initial, iterations, "evaluation_loop")
+        def step(step_counter, total_loss):
+            next_loop_vars, traced = self._step(feed, bridge, collectives, steps_read, step_counter, total_loss)
+            traces.append(traced)
+            return next_loop_vars
+
+        with _tf_internal.v1_control_flow():
+            steps, total_loss = tf.compat.v1.while_loop(
+                lambda step_counter, _: step_counter < iterations,
+                step,
+                initial,
+                parallel_iterations=1,
+                name="evaluation_loop",
+            )
+        traced = traces[-1]
         if bridge is not None:
             bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
         spec = traced.replica0_spec

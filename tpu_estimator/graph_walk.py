@@ -1,33 +1,49 @@
 """Walking a graph backwards: the ops that some ops depend on, through data and control inputs."""
 
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import tensorflow as tf
 
 
-def ancestor_ops(
-    roots: Iterable[tf.Operation],
-    prune: Optional[Callable[[tf.Operation], bool]] = None,
-    follow: Optional[Callable[[tf.Tensor], bool]] = None,
-) -> Iterator[tf.Operation]:
-    """Yields `roots` and every op they depend on through data and control inputs, each once, depth-first.
+class AncestorWalk(object):
+    """A depth-first walk from `roots` back through the ops they depend on, steered by its caller.
+
+    Iterating yields each op once; the walk goes on through an op's inputs only when the caller says so
+    (`go_through`), so the caller decides with its own code which ops to skip and which inputs to follow:
+
+        walk = AncestorWalk(roots)
+        for op in walk:
+            if not wanted(op):
+                continue
+            ...
+            walk.go_through(op)
 
     Args:
       roots: the ops to start from.
-      prune: an op for which `prune(op)` is true is neither yielded nor walked through; asked once per op, when the
-        walk reaches it (after the ops yielded before it, so it may read what the caller did with them).
-      follow: the data inputs of a yielded op that are walked (`follow(tensor)` true; all when None). Control
-        inputs are always walked.
     """
-    seen = set()
-    pending = list(roots)
-    while pending:
-        op = pending.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if prune is not None and prune(op):
-            continue
+
+    def __init__(self, roots: Iterable[tf.Operation]):
+        self._seen = set()
+        self._pending = list(roots)
+
+    def __iter__(self) -> Iterator[tf.Operation]:
+        while self._pending:
+            op = self._pending.pop()
+            if op in self._seen:
+                continue
+            self._seen.add(op)
+            yield op
+
+    def go_through(self, op: tf.Operation, data_inputs: Optional[Iterable[tf.Tensor]] = None) -> None:
+        """Walks on from `op` through its control inputs and `data_inputs` (all its data inputs when None)."""
+        inputs = op.inputs if data_inputs is None else data_inputs
+        self._pending.extend(t.op for t in inputs)
+        self._pending.extend(op.control_inputs)
+
+
+def ancestor_ops(roots: Iterable[tf.Operation]) -> Iterator[tf.Operation]:
+    """Yields `roots` and every op they depend on through data and control inputs, each once."""
+    walk = AncestorWalk(roots)
+    for op in walk:
         yield op
-        pending.extend(t.op for t in op.inputs if follow is None or follow(t))
-        pending.extend(op.control_inputs)
+        walk.go_through(op)

@@ -11,7 +11,7 @@ A replica's `model_fn` meets the other replicas in two places: a cross-replica r
 
 import abc
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, ContextManager, List, Optional
 
 _current = threading.local()
 
@@ -41,15 +41,14 @@ class ReplicaCoordinator(abc.ABC):
         """
 
     @abc.abstractmethod
-    def build_update(self, build: Callable[[], Any], optimizer: Any) -> Any:
-        """Replica 0: builds an optimizer update (the one that runs).
+    def building_update(self, optimizer: Any) -> ContextManager[None]:
+        """Replica 0: the scope in which the caller builds an optimizer update (the one that runs).
 
         Args:
-          build: builds the update and returns it (an op).
-          optimizer: the optimizer whose update it is (it holds the slots).
+          optimizer: the optimizer whose update is built in the scope (it holds the slots).
 
         Returns:
-          What `build` returned.
+          A context manager; the update is built inside it.
         """
 
     @abc.abstractmethod

@@ -18,7 +18,7 @@ variables replica 0's update created (slots), as any variable, and returns a no-
 import contextlib
 import sys
 import threading
-from typing import Any, Callable, Iterator, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, ContextManager, Iterator, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
@@ -214,12 +214,12 @@ class ThreadedCoordinator(ReplicaCoordinator):
         view = _tf_internal.variable_reading_through(variable, read)
         return variable if view is None else view
 
-    def build_update(self, build: Callable[[], Any], optimizer: Any) -> Any:
-        """Replica 0: builds an optimizer update, noting how many variables (slots) it created."""
+    @contextlib.contextmanager
+    def building_update(self, optimizer: Any) -> Iterator[None]:
+        """Replica 0: the scope of an optimizer update's build, noting how many variables (slots) it created."""
         first = len(self.created_variables)
-        result = build()
+        yield
         self.updates.append((len(self.created_variables) - first, optimizer))
-        return result
 
     def skip_update(self, replica_id: int) -> Any:
         """Replica > 0: skips its next update, as if it had created replica 0's variables; returns the optimizer
@@ -267,8 +267,8 @@ class CollectiveCoordinator(ReplicaCoordinator):
 
         return self._inner.reduce(replica_id, value, merge_across_hosts)
 
-    def build_update(self, build: Callable[[], Any], optimizer: Any) -> Any:
-        return self._inner.build_update(build, optimizer)
+    def building_update(self, optimizer: Any) -> ContextManager[None]:
+        return self._inner.building_update(optimizer)
 
     def skip_update(self, replica_id: int) -> Any:
         return self._inner.skip_update(replica_id)
@@ -589,9 +589,8 @@ class CrossShardOptimizer(tf.compat.v1.train.Optimizer):
         if context is None:
             return self._opt.apply_gradients(summed, global_step, name)
         if context.replica_id == 0:
-            return context.coordinator.build_update(
-                lambda: self._opt.apply_gradients(summed, global_step, name), self._opt
-            )
+            with context.coordinator.building_update(self._opt):
+                return self._opt.apply_gradients(summed, global_step, name)
         self._slots_of = context.coordinator.skip_update(context.replica_id)
         return tf.no_op(name=name)
 

@@ -6,7 +6,7 @@ stages they have in common.
 """
 
 import dataclasses
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
@@ -174,8 +174,8 @@ def _stamped_replicas(
     collectives: Optional[HostCollectives] = None,
 ) -> Replicas:
     """`model_fn` traced once on replica 0; each other replica's spec and tapped gradients are copies of its own."""
-    stamped = stamping.stamp_replicas(replica_fn, devices, per_replica, collectives)
-    spec = stamped.output
+    with stamping.building_replica0(devices, per_replica, collectives) as stamped:
+        spec = replica_fn(0)
     fields = {name: getattr(spec, name) for name in _PER_REPLICA_FIELDS if getattr(spec, name, None) is not None}
     taps = tapped.of_replica(0) if tapped is not None else {}
     specs = [spec]
@@ -185,46 +185,3 @@ def _stamped_replicas(
         if tapped is not None:
             tapped.add_replica(replica, replica_taps)
     return Replicas(specs, stamped.num_reductions, tapped)
-
-
-def traced_loop(
-    body: Callable[..., Tuple[List[tf.Tensor], Any]],
-    initial: List[tf.Tensor],
-    iterations: tf.Tensor,
-    name: str,
-    shape_invariants: Optional[List[tf.TensorShape]] = None,
-) -> Tuple[List[tf.Tensor], Any]:
-    """The in-graph loop of one `Session.run`, and what its body traced.
-
-    `tf.compat.v1.while_loop` traces its body once and keeps only the tensors it returns; the modes also need
-    what the body built in Python (replica 0's spec: its hooks, scaffold, host call). The body returns both, and
-    so does this function: nothing traced is kept anywhere else.
-
-    Args:
-      body: `body(step, *loop_state) -> (next loop variables, what it traced)`; the first loop variable is the
-        step counter.
-      initial: the loop variables' initial values (the step counter first).
-      iterations: the loop runs while the step counter is below it.
-      name: the loop's name.
-      shape_invariants: the loop variables' shapes, or None for their initial shapes.
-
-    Returns:
-      `(the loop variables after the loop, what the body's trace returned)`.
-    """
-    traces = []
-
-    def loop_body(*loop_vars):
-        next_vars, traced = body(*loop_vars)
-        traces.append(traced)
-        return next_vars
-
-    with _tf_internal.v1_control_flow():
-        outputs = tf.compat.v1.while_loop(
-            lambda step, *_: step < iterations,
-            loop_body,
-            initial,
-            shape_invariants=shape_invariants,
-            parallel_iterations=1,
-            name=name,
-        )
-    return list(outputs), traces[-1]

@@ -18,7 +18,8 @@ when a replica's outputs depend on it, as when each replica was built by its own
 ops get another op seed on each replica, so the replicas draw different numbers (dropout masks).
 """
 
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+import contextlib
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
@@ -55,8 +56,8 @@ class _PendingReduction(NamedTuple):
 class StampingCoordinator(ReplicaCoordinator):
     """Copies replica 0's ops onto the other replicas and builds the reductions between them.
 
-    It is the coordinator of replica 0's `ReplicaContext` while `stamp_replicas` builds it (`reduce`,
-    `build_update`; no other replica is built, so none skips an update), and maps replica 0's outputs to another
+    It is the coordinator of replica 0's `ReplicaContext` while `building_replica0` lasts (`reduce`,
+    `building_update`; no other replica is built, so none skips an update), and maps replica 0's outputs to another
     replica's (`to_replica`).
     """
 
@@ -140,18 +141,19 @@ class StampingCoordinator(ReplicaCoordinator):
     def _mark_built_between(self, values: List[tf.Tensor], outputs: List[tf.Tensor]) -> None:
         """Notes the reduction's ops (from `values` to `outputs`) as the stamper's: no replica copies them."""
         stop = {_tf_internal.op_id(v.op) for v in values}
-
-        def outside(op: tf.Operation) -> bool:
+        walk = graph_walk.AncestorWalk([t.op for t in outputs])
+        for op in walk:
             op_id = _tf_internal.op_id(op)
-            return op_id in stop or op_id in self._own_ids or op_id < self._first_id
+            if op_id in stop or op_id in self._own_ids or op_id < self._first_id:
+                continue  # outside the reduction
+            self._own_ids.add(op_id)
+            walk.go_through(op)
 
-        for op in graph_walk.ancestor_ops([t.op for t in outputs], prune=outside):
-            self._own_ids.add(_tf_internal.op_id(op))
-
-    def build_update(self, build: Callable[[], Any], optimizer: Any) -> Any:
+    @contextlib.contextmanager
+    def building_update(self, optimizer: Any) -> Iterator[None]:
         """Replica 0's optimizer update: built once, run once (the other replicas never build one)."""
         del optimizer
-        return build()
+        yield
 
     def skip_update(self, replica_id: int) -> Any:
         """Never called: only replica 0's `model_fn` runs; the other replicas are copies of its ops.
@@ -205,20 +207,19 @@ class StampingCoordinator(ReplicaCoordinator):
         """The ops of replica 0 that `roots` depend on and `replica` has no copy of yet, by op id; and whether
         they depend on a reduction not built yet."""
         tensors, copies = self._tensors[replica], self._copies[replica]
-        pending = []
-
-        def skipped(op: tf.Operation) -> bool:  # copied already, shared, or the result of a pending reduction
+        needs_pending = False
+        todo = {}
+        walk = graph_walk.AncestorWalk(roots)
+        for op in walk:
             op_id = _tf_internal.op_id(op)
             if op_id in copies or self._shared(op):
-                return True
+                continue  # copied already, or shared
             if op_id in self._pending_ids:
-                pending.append(op)
-                return True
-            return False
-
-        ops = graph_walk.ancestor_ops(roots, prune=skipped, follow=lambda x: x.ref() not in tensors)
-        todo = {_tf_internal.op_id(op): op for op in ops}
-        return todo, bool(pending)
+                needs_pending = True  # the result of a reduction not built yet
+                continue
+            todo[op_id] = op
+            walk.go_through(op, [t for t in op.inputs if t.ref() not in tensors])  # not past the replica's own
+        return todo, needs_pending
 
     def _copy(self, replica: int, roots: Sequence[tf.Operation]) -> None:
         """Copies onto `replica` the ops of replica 0 that `roots` depend on (those not copied yet)."""
@@ -318,44 +319,34 @@ class StampingCoordinator(ReplicaCoordinator):
         return groups
 
 
-class StampedBuild(NamedTuple):
-    """What `stamp_replicas` built: replica 0's `fn` result, the reductions, and the map to other replicas.
-
-    Attributes:
-      output: what `fn(0)` returned.
-      num_reductions: the cross-replica reductions built.
-      to_replica: `to_replica(replica, structure)`: a structure of replica 0's tensors as `replica` computes it.
-    """
-
-    output: Any
-    num_reductions: int
-    to_replica: Callable[[int, Any], Any]
-
-
-def stamp_replicas(
-    fn: Callable[[int], Any],
+@contextlib.contextmanager
+def building_replica0(
     devices: Sequence[str],
     replica_inputs: Sequence[Any],
     across_hosts: Optional[Any] = None,
-) -> StampedBuild:
-    """Builds `fn(0)` once, on `devices[0]`, and copies what the other replicas need onto their devices.
+) -> Iterator[StampingCoordinator]:
+    """The scope in which the caller builds replica 0 (it calls `model_fn` itself); the other replicas are copies.
+
+        with stamping.building_replica0(devices, per_replica) as stamper:
+            output = build_replica(0)
+        output_on_replica_1 = stamper.to_replica(1, output)
+
+    Inside, replica 0 is built in a replica context (see `replication.cross_replica_sum`) on `devices[0]`; when the
+    scope ends without an error, the reductions still pending are built.
 
     Args:
-      fn: builds replica 0 from `replica_inputs[0]`; called once, with replica id 0, in a replica context (see
-        `replication.cross_replica_sum`).
       devices: one device per replica, all in this process.
-      replica_inputs: per replica, the tensors `fn` reads as its inputs (the same structure for every replica):
-        a copy reads its replica's own where replica 0's read `replica_inputs[0]`.
+      replica_inputs: per replica, the tensors replica 0's build reads as its inputs (the same structure for every
+        replica): a copy reads its replica's own where replica 0's read `replica_inputs[0]`.
       across_hosts: with one process per host, this host's `collectives.HostCollectives`: `devices` are this host's
         replicas, each reduction is then summed across the hosts (`replication.CollectiveCoordinator`) and the
         replica context counts every host's replicas. None: `devices` are every replica.
 
-    Returns:
-      A `StampedBuild`.
+    Yields:
+      The `StampingCoordinator`: its `num_reductions` and `to_replica` are read after the scope.
 
     Raises:
       ValueError: the replicas' inputs differ in structure.
-      Whatever `fn` raised.
     """
     graph = tf.compat.v1.get_default_graph()
     stamper = StampingCoordinator(graph, devices, replica_inputs)
@@ -366,6 +357,5 @@ def stamp_replicas(
         context = ReplicaContext(0, len(devices) * across_hosts.num_hosts, devices[0], coordinator)
     with replication.building_replica(context):
         stamper.replica_scope_depth = _tf_internal.graph_device_scope_depth(graph)
-        output = fn(0)
+        yield stamper
         stamper.build_reductions()
-    return StampedBuild(output, stamper.num_reductions, stamper.to_replica)

@@ -25,7 +25,7 @@ from tpu_estimator import embedding_infeed
 from tpu_estimator.context import ShardingContext, TPUContext
 from tpu_estimator.embedding_bridge import EmbeddingBridge
 from tpu_estimator.embedding_exchange import HostEmbeddingExchange
-from tpu_estimator.embedding_infeed import EmbeddingInfeed
+from tpu_estimator.embedding_infeed import EmbeddingInfeed, HostStage
 from tpu_estimator.embedding_spec import resolve_embedding_config
 from tpu_estimator.input_pipeline import InputPipeline
 from tpu_estimator.shared_stages import ShardedSettings
@@ -107,11 +107,8 @@ class StepFeed(object):
         if bridge is None:
             return cls(lambda: FedStep(pipeline.next_step().per_replica), input_hooks)
 
-        def read_and_preprocess() -> embedding_infeed.HostParts:
-            return bridge.host_parts(*bridge.preprocess(pipeline.next_step().per_replica))
-
         infeed = EmbeddingInfeed(
-            read_and_preprocess,
+            HostStage.for_training(pipeline, bridge),
             ctx.host_work_device,
             embedding_infeed.steps_per_run(ctx.global_batch_size, len(bridge.features)),
             # With one process per host the exchange's thread dequeues the infeed, not the step.
@@ -134,13 +131,9 @@ class StepFeed(object):
         lookups on other hosts' shards, `embedding_exchange.py`)."""
         pipeline, input_hooks, bridge, ctx = _built(sources)
         if bridge is not None and ctx.process_per_host:
-
-            def read_and_look_up() -> embedding_infeed.HostParts:
-                return bridge.per_host(bridge.prepare(pipeline.next_step().per_replica)[0])
-
             # Errors at the next hook call: one run of the step takes all the evaluation's steps, so the thread's
             # error cannot wait for the caller's runs (PREDICT's errors_in_order).
-            infeed = EmbeddingInfeed(read_and_look_up, ctx.host_work_device, 1)
+            infeed = EmbeddingInfeed(HostStage.for_evaluation(pipeline, bridge), ctx.host_work_device, 1)
             return cls(
                 lambda: FedStep([r for replicas in infeed.dequeue() for r in replicas]), input_hooks, infeed.hook
             )
@@ -166,15 +159,12 @@ class StepFeed(object):
 
             return cls(read_padded, input_hooks)
 
-        def read_and_look_up() -> embedding_infeed.HostParts:
-            step = pipeline.next_step()
-            per_replica, _ = bridge.prepare(step.per_replica)
-            return bridge.per_host(list(zip(per_replica, step.padding_masks)))
-
         # One batch per run of the thread: the step itself takes a Session.run per batch, so the thread's runs cost
         # no more than the step's. A bad batch fails after the batches before it are predicted, as without the
         # lookahead.
-        infeed = EmbeddingInfeed(read_and_look_up, ctx.host_work_device, 1, errors_in_order=True)
+        infeed = EmbeddingInfeed(
+            HostStage.for_prediction(pipeline, bridge), ctx.host_work_device, 1, errors_in_order=True
+        )
 
         def read() -> FedStep:
             replicas = [replica for host_replicas in infeed.dequeue() for replica in host_replicas]

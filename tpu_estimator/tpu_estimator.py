@@ -23,6 +23,7 @@ from tpu_estimator import (
 from tpu_estimator import cluster as cluster_lib
 from tpu_estimator import hooks as hooks_lib
 from tpu_estimator.context import ShardingContext
+from tpu_estimator.deferred_input import DeferredInput
 from tpu_estimator.eval_loop import EvalLoop
 from tpu_estimator.tpu_config import (
     InputPipelineConfig,
@@ -56,21 +57,6 @@ EXPORT_WAIT_SECS = 3600.0
 class ExportSavedModelApiVersion(enum.Enum):
     V1 = 1
     V2 = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class DeferredInput:
-    """What `_call_input_fn` returns on shards: `input_fn`, to be called per `TPUContext` inside `model_fn` (not a
-    tuple: the Estimator would take a tuple for `(features, labels)`).
-
-    Attributes:
-      call: calls `input_fn` with a `TPUContext`.
-      hooks_save_checkpoints: `train()` was given a `CheckpointSaverHook` (the training loop then brings no checkpoint
-        saver of its own).
-    """
-
-    call: Callable[[Any], Any]
-    hooks_save_checkpoints: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,13 +417,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             with tf.compat.v1.device("/device:CPU:0"):
                 return input_fn(**kwargs)
 
-        def call(context):
-            call_kwargs = dict(kwargs)
-            call_kwargs["params"] = dict(kwargs["params"])
-            call_kwargs["params"]["context"] = context
-            return input_fn(**call_kwargs)
-
-        return DeferredInput(call, hooks_save_checkpoints)
+        return DeferredInput(input_fn, kwargs, hooks_save_checkpoints)
 
     def _validate_features_in_predict_input(self, result):
         # The input pipeline checks PREDICT inputs itself (a Dataset is required on shards).

@@ -146,12 +146,25 @@ class TrainLoop(shared_stages.ModeOnShards):
             initial += bridge.empty_pending()
             invariants += bridge.pending_shape_invariants()
 
-        def step(step_counter, unused_loss, *pending):
-            return self._step(feed, bridge, collectives, step_counter, list(pending))
+        # The while loop keeps only the tensors its body returns; replica 0's spec (hooks, scaffold, host call) is
+        # kept from the body's one trace here.
+        replica0_specs = []
 
-        outputs, replica0_spec = shared_stages.traced_loop(
-            step, initial, iterations, "training_loop", shape_invariants=invariants
-        )
+        def step(step_counter, unused_loss, *pending):
+            next_loop_vars, replica0_spec = self._step(feed, bridge, collectives, step_counter, list(pending))
+            replica0_specs.append(replica0_spec)
+            return next_loop_vars
+
+        with _tf_internal.v1_control_flow():
+            outputs = tf.compat.v1.while_loop(
+                lambda step_counter, *_: step_counter < iterations,
+                step,
+                initial,
+                shape_invariants=invariants,
+                parallel_iterations=1,
+                name="training_loop",
+            )
+        replica0_spec = replica0_specs[-1]
         loss = outputs[1]
         if pipelined:
             # The last step's update is applied when the loop ends, so every step's update lands in this Session.run.

@@ -399,7 +399,9 @@ def test_runs_with_embeddings_end_without_a_cancelled_run_even_with_tensorflow_w
         ["train", f"--config={TINY}", f"--model_dir={model_dir}", "--set=train.steps=30"], timeout=300, tf_log_level=1
     )
     assert train.returncode == 0, train.stderr[-3000:]
-    evaluate = run_subprocess(["evaluate", f"--model_dir={model_dir}", "--set=eval.steps=4"], timeout=300, tf_log_level=1)
+    evaluate = run_subprocess(
+        ["evaluate", f"--model_dir={model_dir}", "--set=eval.steps=4"], timeout=300, tf_log_level=1
+    )
     assert evaluate.returncode == 0, evaluate.stderr[-3000:]
     for proc in (train, evaluate):
         assert "rendezvous" not in proc.stderr and "CANCELLED" not in proc.stderr, proc.stderr

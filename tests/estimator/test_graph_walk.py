@@ -1,8 +1,8 @@
-"""`graph_walk.ancestor_ops`: the ops some ops depend on, through data and control inputs, pruned and filtered."""
+"""`graph_walk`: the ops some ops depend on, through data and control inputs; a walk its caller steers."""
 
 import tensorflow as tf
 
-from tpu_estimator.graph_walk import ancestor_ops
+from tpu_estimator.graph_walk import AncestorWalk, ancestor_ops
 
 
 def _graph():
@@ -29,20 +29,23 @@ def test_all_ancestors_once_through_data_and_control_inputs():
     assert _names(ops) == ["a", "b", "c", "d", "e"]
 
 
-def test_pruned_ops_are_neither_yielded_nor_walked_through():
+def test_ops_not_gone_through_are_yielded_and_nothing_behind_them_is_reached():
     graph, e = _graph()
-    asked = []
+    reached = []
+    walk = AncestorWalk([e.op])
+    for op in walk:
+        reached.append(op.name)
+        if op.name != "d":
+            walk.go_through(op)
+    assert sorted(reached) == ["a", "d", "e"]  # each op once; nothing behind d
 
-    def prune(op):
-        asked.append(op.name)
-        return op.name == "d"
 
-    assert _names(ancestor_ops([e.op], prune=prune)) == ["a", "e"]
-    assert sorted(asked) == ["a", "d", "e"]  # each op reached asked once; nothing behind d reached
-
-
-def test_follow_filters_data_inputs_only():
+def test_go_through_chosen_data_inputs_and_every_control_input():
     graph, e = _graph()
     d = graph.get_operation_by_name("d")
-    ops = ancestor_ops([d], follow=lambda tensor: tensor.op.name != "b")
-    assert _names(ops) == ["a", "c", "d"]  # b's edge not followed; the control input c is
+    walk = AncestorWalk([d])
+    reached = []
+    for op in walk:
+        reached.append(op.name)
+        walk.go_through(op, [t for t in op.inputs if t.op.name != "b"])
+    assert _names(graph.get_operation_by_name(n) for n in reached) == ["a", "c", "d"]  # not b; the control input c

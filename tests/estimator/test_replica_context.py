@@ -1,6 +1,7 @@
 """The replica-coordinator protocol: every way of building replicas implements it, and `cross_replica_sum` and
 `CrossShardOptimizer` reach the other replicas only through it (`replica_context.py`)."""
 
+import contextlib
 import inspect
 
 import numpy as np
@@ -36,9 +37,10 @@ class RecordingCoordinator(ReplicaCoordinator):
                 values[r] = tf.constant(next(rest), value.dtype, shape=value.shape)
         return merge_fn(values)[replica_id]
 
-    def build_update(self, build, optimizer):
-        self.calls.append(("build_update", type(optimizer).__name__))
-        return build()
+    @contextlib.contextmanager
+    def building_update(self, optimizer):
+        self.calls.append(("building_update", type(optimizer).__name__))
+        yield
 
     def skip_update(self, replica_id):
         self.calls.append(("skip_update", replica_id))
@@ -67,7 +69,7 @@ def test_cross_shard_optimizer_reduces_and_updates_through_the_coordinator():
             value = session.run(var)
     # MEAN over 2 replicas: this replica's gradient [3, 4] / 2 plus the other's 10 per element.
     np.testing.assert_allclose(value, np.array([1.0, 2.0]) - 0.5 * (np.array([1.5, 2.0]) + 10.0))
-    assert coordinator.calls == [("reduce", 0), ("build_update", "GradientDescentOptimizer")]
+    assert coordinator.calls == [("reduce", 0), ("building_update", "GradientDescentOptimizer")]
 
 
 def test_replicas_other_than_0_skip_their_update_through_the_coordinator():

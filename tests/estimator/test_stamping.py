@@ -4,6 +4,8 @@ Oracles: NumPy on each replica's own input; training on 2 shards against 1 shard
 v1 conds and loops inside `model_fn`, whose copies need their own loop frames); independent random draws.
 """
 
+from typing import Any, Callable, NamedTuple
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,6 +16,19 @@ from tpu_estimator import _tf_internal, stamping
 DEVICES = ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
 INPUTS = [np.array([[1.0, 2.0]], np.float32), np.array([[-1.0, 0.5]], np.float32), np.array([[3.0, -2.0]], np.float32)]
 W = np.array([[0.5, -1.0], [0.25, 2.0]], np.float32)
+
+
+class _Stamped(NamedTuple):
+    output: Any
+    num_reductions: int
+    to_replica: Callable[[int, Any], Any]
+
+
+def _stamp_replicas(fn, devices, inputs) -> _Stamped:
+    """`fn(0)` built as replica 0, the other replicas copies of its ops."""
+    with stamping.building_replica0(devices, inputs) as stamper:
+        output = fn(0)
+    return _Stamped(output, stamper.num_reductions, stamper.to_replica)
 
 
 def _session(graph: tf.Graph) -> tf.compat.v1.Session:
@@ -33,7 +48,7 @@ def test_each_replica_computes_on_its_own_input_on_its_own_device():
 
     with tf.Graph().as_default() as graph:
         inputs = [tf.constant(x) for x in INPUTS]
-        built = stamping.stamp_replicas(fn, DEVICES, inputs)
+        built = _stamp_replicas(fn, DEVICES, inputs)
         outputs = [built.output] + [built.to_replica(r, built.output) for r in (1, 2)]
         copies = [op for op in graph.get_operations() if op.name.startswith("replica_2/")]
         with _session(graph) as session:
@@ -62,7 +77,7 @@ def test_copies_are_colocated_with_their_own_replica():
 
     with tf.Graph().as_default() as graph:
         inputs = [tf.constant(x) for x in INPUTS[:2]]
-        built = stamping.stamp_replicas(fn, DEVICES[:2], inputs)
+        built = _stamp_replicas(fn, DEVICES[:2], inputs)
         c1 = built.to_replica(1, built.output)
         b1 = c1.op.inputs[0].op
         a1 = b1.inputs[0].op
@@ -82,7 +97,7 @@ def test_copies_of_host_computations_stay_on_the_host():
 
     with tf.Graph().as_default() as graph:
         inputs = [tf.constant(x) for x in INPUTS[:2]]
-        built = stamping.stamp_replicas(fn, ["/device:CPU:1", "/device:CPU:2"], inputs)
+        built = _stamp_replicas(fn, ["/device:CPU:1", "/device:CPU:2"], inputs)
         out1 = built.to_replica(1, built.output)
         with _session(graph) as session:
             value = session.run(out1)
@@ -99,7 +114,7 @@ def test_seeded_random_ops_draw_differently_on_each_replica():
     with tf.Graph().as_default() as graph:
         tf.compat.v1.set_random_seed(1)
         inputs = [tf.constant(0.0) for _ in DEVICES]
-        built = stamping.stamp_replicas(fn, DEVICES, inputs)
+        built = _stamp_replicas(fn, DEVICES, inputs)
         outputs = [built.output] + [built.to_replica(r, built.output) for r in (1, 2)]
         seeds = [op.get_attr("seed2") for op in graph.get_operations() if op.type == "RandomUniform"]
         with _session(graph) as session:
@@ -163,7 +178,7 @@ def test_copied_loops_run_in_frames_of_their_own():
 
     with tf.Graph().as_default() as graph, _tf_internal.v1_control_flow():
         inputs = [tf.constant(float(r + 1)) for r in range(2)]
-        built = stamping.stamp_replicas(fn, DEVICES[:2], inputs)
+        built = _stamp_replicas(fn, DEVICES[:2], inputs)
         outputs = [built.output, built.to_replica(1, built.output)]
         frames = {op.get_attr("frame_name") for op in graph.get_operations() if op.type == "Enter"}
         with _session(graph) as session:
@@ -184,7 +199,7 @@ def test_the_gradient_sums_of_one_update_cost_one_import_per_replica(imports):
 
     with tf.Graph().as_default() as graph:
         inputs = [tf.constant(x) for x in INPUTS]
-        built = stamping.stamp_replicas(fn, DEVICES, inputs)
+        built = _stamp_replicas(fn, DEVICES, inputs)
         train_op, weights = built.output
         with _session(graph) as session:
             session.run(tf.compat.v1.global_variables_initializer())
@@ -206,7 +221,7 @@ def test_a_sum_of_a_value_that_needs_an_earlier_sum():
 
     with tf.Graph().as_default() as graph:
         inputs = [tf.constant(x) for x in INPUTS]
-        built = stamping.stamp_replicas(fn, DEVICES, inputs)
+        built = _stamp_replicas(fn, DEVICES, inputs)
         outputs = [built.output] + [built.to_replica(r, built.output) for r in (1, 2)]
         with _session(graph) as session:
             values = session.run(outputs)
@@ -233,7 +248,7 @@ def test_sums_in_the_forward_pass_and_the_gradient_sums_are_built_in_few_imports
 
     with tf.Graph().as_default() as graph:
         inputs = [tf.constant(x) for x in INPUTS]
-        built = stamping.stamp_replicas(fn, DEVICES, inputs)
+        built = _stamp_replicas(fn, DEVICES, inputs)
         train_op, weights, loss = built.output
         losses = [loss] + [built.to_replica(r, loss) for r in (1, 2)]
         with _session(graph) as session:
