@@ -6,6 +6,7 @@ import textwrap
 import pytest
 import tensorflow as tf
 
+from tests.helpers.launcher import run_launcher
 from tpu_estimator import compat
 from tpu_estimator import data_errors as errors
 from tpu_estimator.compat import launcher as run_lib
@@ -101,6 +102,21 @@ def test_out_of_range_id_is_two_lines_naming_feature_table_and_id(tmp_path, laun
     assert "Traceback (most recent call last)" in captured.err
     assert captured.err.strip().splitlines()[-1].startswith("InvalidArgumentError: Feature 'user' (table 'tbl_user')")
     assert "TPUEstimator runs on 2 shards (--num_shards / TPU_ESTIMATOR_NUM_SHARDS)" in captured.out
+
+
+@pytest.mark.timeout(300)
+def test_the_launchers_whole_output_for_an_out_of_range_id_is_at_most_5_lines(tmp_path):
+    # As a user runs it: a process with TensorFlow's default log settings; every line it prints is counted.
+    script = tmp_path / "bad_ids.py"
+    script.write_text(f"MODEL_DIR = {str(tmp_path / 'model')!r}\n" + textwrap.dedent(BAD_IDS_PROGRAM))
+    proc = run_launcher(script, timeout=280)
+    assert proc.returncode == 1
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(lines) <= 5, lines
+    assert lines[-1] == (
+        "InvalidArgumentError: Feature 'user' (table 'tbl_user'): ids must be in [0, 500) (vocabulary_size); "
+        "smallest and largest id: 1, 777"
+    )
 
 
 def test_a_failed_data_check_reaches_the_caller_with_its_message_first(tmp_path):

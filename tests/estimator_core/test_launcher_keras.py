@@ -1,12 +1,9 @@
 """The launcher selects Keras 2 (TF_USE_LEGACY_KERAS=1) on TensorFlow 2.16+ before the program's TensorFlow loads."""
 
-import os
-import subprocess
-import sys
-
 import tensorflow as tf
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.helpers.launcher import run_launcher
+
 PROGRAM = """
 import os
 import tensorflow as tf
@@ -22,16 +19,7 @@ def _tf_at_least_2_16():
 def _run_launcher(tmp_path, **env_overrides):
     script = tmp_path / "program.py"
     script.write_text(PROGRAM)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("TF_USE_LEGACY_KERAS", None)
-    env.update(env_overrides)
-    completed = subprocess.run(
-        [sys.executable, "-m", "tpu_estimator.compat.launcher", str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    completed = run_launcher(script, TF_CPP_MIN_LOG_LEVEL="3", **env_overrides)
     assert completed.returncode == 0, completed.stderr[-4000:]
     return [line.split()[1:] for line in completed.stdout.splitlines() if line.startswith("RESULT")][-1]
 
