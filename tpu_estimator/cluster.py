@@ -468,6 +468,45 @@ def reporting_faults(cluster: Optional[Cluster], what: str) -> Iterator[None]:
         raise fault_error(cluster, what, error) from error
 
 
+# The clusters (by their addresses) whose every host this process has had a session with.
+_ANSWERED: set = set()
+
+
+class EveryHostAnswers(tf.compat.v1.train.SessionRunHook):
+    """Before a session on the cluster is created: every host still accepts connections.
+
+    Creating a session on a cluster waits for every task to answer, for ever: a host lost since this process's last
+    session (between `train()` and `evaluate()`, before an evaluation of `train_and_evaluate`) would hold the others
+    there instead of failing them. Before the first session a host may still be starting, so that one waits.
+
+    Args:
+      cluster: the job's hosts.
+      what: the call, for the error (e.g. "evaluate()").
+
+    Raises:
+      ClusterError (from `begin`): a host does not accept connections.
+    """
+
+    def __init__(self, cluster: Cluster, what: str):
+        self._cluster = cluster
+        self._what = what
+
+    def begin(self) -> None:
+        if self._cluster.addresses not in _ANSWERED:
+            return
+        lost = unreachable_hosts(self._cluster)
+        if lost:
+            raise ClusterError(
+                "{} on the cluster failed: host {} did not respond before the session was created. Restart every "
+                "host's process with the same TF_CONFIG: the job resumes from the last checkpoint.".format(
+                    self._what, ", ".join(self._cluster.describe(h) for h in lost)
+                )
+            )
+
+    def after_create_session(self, session, coord) -> None:
+        _ANSWERED.add(self._cluster.addresses)
+
+
 _PROBE_DIR = ".tpu_estimator_hosts"
 
 

@@ -22,7 +22,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import cluster as cluster_lib
 from tpu_estimator import collectives
 from tpu_estimator.estimator_core import evaluator as evaluator_lib
 
@@ -102,33 +101,6 @@ class EvaluateWhatTheChiefPicks(tf.compat.v1.train.SessionRunHook):
             self._evaluate(step)
 
 
-class EveryHostAnswers(tf.compat.v1.train.SessionRunHook):
-    """Before an evaluation's session is created: every host accepts connections.
-
-    Creating a session on a cluster waits for every task to answer, for ever: a host lost since the last session
-    would hold the others there instead of failing them.
-
-    Args:
-      cluster: the job's hosts.
-
-    Raises:
-      tpu_estimator.cluster.ClusterError (from `begin`): a host does not accept connections.
-    """
-
-    def __init__(self, cluster: cluster_lib.Cluster):
-        self._cluster = cluster
-
-    def begin(self) -> None:
-        lost = cluster_lib.unreachable_hosts(self._cluster)
-        if lost:
-            raise cluster_lib.ClusterError(
-                "train_and_evaluate() on the cluster failed: host {} did not respond before the evaluation. Restart "
-                "every host's process with the same TF_CONFIG: the job resumes from the last checkpoint.".format(
-                    ", ".join(self._cluster.describe(h) for h in lost)
-                )
-            )
-
-
 def train_and_evaluate_on_hosts(
     estimator: Any, train_spec: Any, eval_spec: Any
 ) -> Tuple[Optional[Dict[str, Any]], List[Any]]:
@@ -153,7 +125,6 @@ def train_and_evaluate_on_hosts(
     host_collectives = collectives.HostCollectives(
         cluster.num_hosts, cluster.this_host, cluster.host_device(cluster.this_host), wait_secs
     )
-    eval_spec = eval_spec._replace(hooks=tuple(eval_spec.hooks) + (EveryHostAnswers(cluster),))
     evaluator = evaluator_lib.Evaluator(estimator, eval_spec, train_spec.max_steps)
     last: Dict[str, Any] = {"result": None, "exports": None}
 

@@ -59,6 +59,20 @@ class ExportSavedModelApiVersion(enum.Enum):
     V2 = 2
 
 
+_HOOKS_OF_MODE = {
+    ModeKeys.TRAIN: ("training_hooks", "train()"),
+    ModeKeys.EVAL: ("evaluation_hooks", "evaluate()"),
+    ModeKeys.PREDICT: ("prediction_hooks", "predict()"),
+}
+
+
+def _with_lost_host_check(spec: Any, cluster: cluster_lib.Cluster) -> Any:
+    """`spec` whose session is created only once every host answers (after the first session, `EveryHostAnswers`)."""
+    field, what = _HOOKS_OF_MODE[spec.mode]
+    hooks = list(getattr(spec, field) or [])
+    return spec._replace(**{field: hooks + [cluster_lib.EveryHostAnswers(cluster, what)]})
+
+
 @dataclasses.dataclass(frozen=True)
 class _TrainInputFn:
     """`train()`'s `input_fn` with what its call tells the training loop, handed by the Estimator to
@@ -484,10 +498,14 @@ class TPUEstimator(_estimator_lib.Estimator):
                 saves_checkpoints=bool(config.save_checkpoints_secs or config.save_checkpoints_steps)
                 and not deferred_input.hooks_save_checkpoints,
             )
-            return TrainLoop(settings, loop, ctx).build(deferred_input.call)
-        if mode == ModeKeys.EVAL:
-            return EvalLoop(settings, ctx).build(deferred_input.call)
-        return predict_step.PredictStep(settings, ctx).build(deferred_input.call)
+            spec = TrainLoop(settings, loop, ctx).build(deferred_input.call)
+        elif mode == ModeKeys.EVAL:
+            spec = EvalLoop(settings, ctx).build(deferred_input.call)
+        else:
+            spec = predict_step.PredictStep(settings, ctx).build(deferred_input.call)
+        if ctx.process_per_host:
+            spec = _with_lost_host_check(spec, ctx.config.tpu_cluster)
+        return spec
 
     def _cpu_settings(self, model_fn, config, params) -> cpu_path.CpuSettings:
         return cpu_path.CpuSettings(

@@ -1,0 +1,48 @@
+"""Host 1 is lost between `train()` and `evaluate()`: the chief's `evaluate()` must fail, not wait for it.
+
+    python tests/cluster/host_lost_between_calls_program.py MODEL_DIR NUM_SHARDS STEPS
+
+Run as a 2-host job (`tpu-estimator-hosts`). Both hosts train `host_program`'s model; host 1 then exits (its server
+goes with it); the chief calls `evaluate()` and writes MODEL_DIR/lost_host_result.json: the error's type and text
+and how long `evaluate()` took to raise it.
+"""
+
+import json
+import os
+import sys
+import time
+
+import host_program  # this file's directory is on sys.path: it runs as a script
+import tensorflow as tf
+
+import tpu_estimator as te
+
+
+def main(argv):
+    model_dir, num_shards, steps = argv[1], int(argv[2]), int(argv[3])
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    config = te.RunConfig(model_dir=model_dir, tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=num_shards))
+    estimator = te.TPUEstimator(
+        model_fn=host_program.model_fn,
+        config=config,
+        params={"sleep": 0.0},
+        train_batch_size=host_program.GLOBAL_BATCH,
+        eval_batch_size=host_program.GLOBAL_BATCH,
+    )
+    estimator.train(host_program.make_input_fn(0), max_steps=steps)
+    if not config.is_chief:
+        os._exit(0)  # lost: no clean shutdown of this host's server
+    time.sleep(2.0)  # host 1 is gone
+    start = time.monotonic()
+    try:
+        estimator.evaluate(host_program.make_input_fn(0), steps=2)
+        result = {"error": None}
+    except Exception as error:  # what the caller gets, whatever its type
+        result = {"error": type(error).__name__, "message": str(error)}
+    result["secs"] = time.monotonic() - start
+    with open(os.path.join(model_dir, "lost_host_result.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
