@@ -226,11 +226,11 @@ class _Source(object):
                     raise ValueError("input_fn returned no tensors.")
                 # No queue shapes: unknown dense shapes get the static-shape error after the dequeue.
                 self._queue = tf.queue.FIFOQueue(capacity=2, dtypes=self._queued.dtypes)
+                # Not drained at the end: with embeddings its reader is the embedding infeed thread, still running then.
                 self.hook = TensorInfeedHook(
                     self._queue.enqueue(self._queued.tensors),
                     self._queue.close(cancel_pending_enqueues=True),
                     sleep_secs,
-                    drain_op=drain([self._queue]),
                 )
                 self._iterator = None
         self._device = device
