@@ -235,11 +235,12 @@ class _Source(object):
                 self._iterator = None
         self._device = device
 
-    def get_next_or_empty(self, fallback: Any = None) -> Tuple[Any, tf.Tensor]:
+    def get_next_or_empty(self, fallback: Any = None) -> Tuple[Any, tf.Tensor, Callable[[], tf.Tensor]]:
         """The next element or, at the end, `fallback` (an element read before) or else an empty (0-row) one.
 
         Returns:
-          `(element, has_value)`: the element as the dataset yields it, and whether it is a new one.
+          `(element, has_value, raise_end)`: the element as the dataset yields it, whether it is a new one, and a
+          function building an op that raises OutOfRange (reads the exhausted iterator).
         """
         with tf.device(self._device):
             optional = self._iterator.get_next_as_optional()
@@ -249,7 +250,17 @@ class _Source(object):
             )
             element = tf.cond(optional.has_value(), optional.get_value, otherwise)
             element = tf.nest.map_structure(_with_unknown_batch, element, spec)
-            return element, optional.has_value()
+            return element, optional.has_value(), self._read_past_end
+
+    def _read_past_end(self) -> tf.Tensor:
+        """An op that reads the exhausted iterator (OutOfRange) and otherwise yields False.
+
+        The read is a control input, not data: Grappler folds `size(next) < 0` to a constant when the dataset's
+        batch is static (`drop_remainder=True`) and prunes the read, and the step then never ends.
+        """
+        next_element = self._iterator.get_next()
+        with tf.control_dependencies(tf.nest.flatten(next_element, expand_composites=True)):
+            return tf.identity(tf.constant(False))
 
     def get_next(self) -> Tuple[Any, Any]:
         with tf.device(self._device):
@@ -366,8 +377,7 @@ class _PerHostV2Reader(object):
 
     The reads are chained (replica r reads after replica r-1) unless
     `experimental_allow_per_host_v2_parallel_get_next`. In PREDICT, replicas past the end of the input get an
-    all-padding batch (upstream's stopping signals); at the end every replica does, and the prediction ends after
-    that step (`predict_step.EndOfPredictionInput`).
+    all-padding batch (upstream's stopping signals); the step fails with OutOfRange only when no replica got data.
     """
 
     def __init__(self, sources: List["_Source"], ctx: ShardingContext):
@@ -380,6 +390,7 @@ class _PerHostV2Reader(object):
         chained = not ctx.config.tpu_config.experimental_allow_per_host_v2_parallel_get_next
         per_replica, elements, has_values = [], [], []
         previous = None
+        raise_end = None
         for replica in ctx.built_replicas:
             host = ctx.host_of_replica(replica)
             source = self._sources[ctx.built_hosts.index(host)]
@@ -388,7 +399,8 @@ class _PerHostV2Reader(object):
             with tf.control_dependencies([previous] if chained and previous is not None else []):
                 if predict:
                     # A replica past the end of the input gets a copy of replica 0's batch, all padding.
-                    element, has_value = source.get_next_or_empty(elements[0] if elements else None)
+                    element, has_value, host_raise_end = source.get_next_or_empty(elements[0] if elements else None)
+                    raise_end = raise_end or host_raise_end
                     elements.append(element)
                     has_values.append(has_value)
                     features, labels = split_features_and_labels(element)
@@ -399,13 +411,19 @@ class _PerHostV2Reader(object):
             per_replica.append((features, labels))
         if not predict:
             return StepInput(per_replica)
+        with tf.device(ctx.host_work_device):
+            any_value = tf.reduce_any(tf.stack(has_values))
+            # At the end of the input (no replica got data) this reads the exhausted iterator: OutOfRange, raised
+            # before the padded inputs (and so the model) are computed.
+            guard = tf.cond(any_value, lambda: tf.constant(True), raise_end)
         padded, masks = [], []
-        for replica, structure, has_value in zip(ctx.built_replicas, per_replica, has_values):
-            host_device = ctx.host_devices[ctx.host_of_replica(replica)]
-            structure, mask = _pad(structure, ctx.global_batch_size // ctx.num_replicas, host_device)
-            padded.append(structure)
-            with tf.device(host_device):
-                masks.append(tf.logical_and(mask, has_value))
+        with tf.control_dependencies([guard]):
+            for replica, structure, has_value in zip(ctx.built_replicas, per_replica, has_values):
+                host_device = ctx.host_devices[ctx.host_of_replica(replica)]
+                structure, mask = _pad(structure, ctx.global_batch_size // ctx.num_replicas, host_device)
+                padded.append(structure)
+                with tf.device(host_device):
+                    masks.append(tf.logical_and(mask, has_value))
         return StepInput(padded, masks)
 
 
@@ -455,13 +473,11 @@ class _HostBatchReader(object):
     def _read_host(self, source: "_Source", num: int, batch_size: Optional[int], host: int) -> StepInput:
         ctx = self._ctx
         host_device = ctx.host_devices[host]
+        features, labels = source.get_next()
         mask = None
         if ctx.mode == ModeKeys.PREDICT:
-            # At the end of the input an empty batch: all padding, and the prediction ends after its step.
-            element, _ = source.get_next_or_empty()
-            (features, labels), mask = _pad(split_features_and_labels(element), batch_size, host_device)
+            (features, labels), mask = _pad((features, labels), batch_size, host_device)
         else:
-            features, labels = source.get_next()
             _check_static_shapes(features, labels)
         if self._broadcast:
             masks = None if mask is None else [mask] + [tf.zeros_like(mask)] * (num - 1)
@@ -507,7 +523,8 @@ def _pad(structure: Any, size: int, host_device: str) -> Tuple[Any, tf.Tensor]:
     if not flat:
         raise ValueError("input_fn returned no tensors.")
     if all(tensor is None or tensor.shape[:1].as_list() == [size] for tensor in flat):
-        # Every batch is statically full: nothing to pad.
+        # Every batch is statically full (e.g. `drop_remainder=True`): nothing to pad. The identities keep the
+        # control inputs of the caller's scope (PER_HOST_V2's end-of-input guard) on the path to the model.
         with tf.device(host_device):
             full = tf.nest.map_structure(
                 lambda t: None if t is None else tf.identity(t), structure, expand_composites=True

@@ -7,10 +7,6 @@ the host, padded rows dropped.
 With an `EmbeddingConfigSpec` the first two stages run ahead of the step, in the embedding infeed's thread
 (`embedding_infeed.py`): while one batch's `model_fn` runs (and the Estimator hands its predictions out row by row),
 the next batches are read and their activations looked up. Hooks still see one batch per `Session.run`.
-
-The end of the input is a value, not an error: the readers then give every replica an all-padding batch, and
-`EndOfPredictionInput` ends `predict()` after that step, yielding none of it (upstream's stopping signal). An input
-that ended as an error inside TensorFlow's runtime would be logged by it as an aborted run.
 """
 
 from typing import Any, List
@@ -47,15 +43,11 @@ class PredictStep(shared_stages.ModeOnShards):
         if spec.predictions is None:
             raise ValueError("model_fn must return predictions in PREDICT mode.")
         predictions = self._join_predictions([s.predictions for s in specs], inputs.padding_masks)
-        with tf.device(self._ctx.host_work_device):
-            has_rows = tf.reduce_any(tf.concat(inputs.padding_masks, axis=0))
         return _estimator_lib.EstimatorSpec(
             mode=ModeKeys.PREDICT,
             predictions=predictions,
-            # The end first: no other hook sees the all-padding step. The infeed's hook last: the error of a bad
-            # batch is raised from its `end`, after every other hook's.
-            prediction_hooks=[EndOfPredictionInput(has_rows)]
-            + feed.input_hooks
+            # The infeed's hook last: the error of a bad batch is raised from its `end`, after every other hook's.
+            prediction_hooks=feed.input_hooks
             + list(spec.prediction_hooks)
             + ([feed.infeed_hook] if feed.infeed_hook else []),
             scaffold=call_scaffold_fn(spec.scaffold_fn),
@@ -72,27 +64,6 @@ class PredictStep(shared_stages.ModeOnShards):
                 return tf.boolean_mask(joined, mask)
 
             return tf.nest.map_structure(gather, *per_replica_predictions)
-
-
-class EndOfPredictionInput(tf.compat.v1.train.SessionRunHook):
-    """Ends `predict()` after a step without a real row: the input had ended (every replica's batch is padding).
-
-    It raises `OutOfRangeError` from `after_run`, as a read past the end would from the run, so the Estimator yields
-    nothing of that step and ends; the session's hooks still end normally.
-
-    Args:
-      has_rows: whether the step's batch holds a real row.
-    """
-
-    def __init__(self, has_rows: tf.Tensor):
-        self._has_rows = has_rows
-
-    def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs(self._has_rows)
-
-    def after_run(self, run_context, run_values):
-        if not run_values.results:
-            raise tf.errors.OutOfRangeError(None, None, "The prediction input ended.")
 
 
 def _with_batch(tensor: tf.Tensor, batch_size: int) -> tf.Tensor:
