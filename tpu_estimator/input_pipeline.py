@@ -182,7 +182,7 @@ class TensorInfeedHook(tf.compat.v1.train.SessionRunHook):
                 session.run(self._stop_op)
             while self._thread.is_alive() and time.monotonic() < deadline:
                 session.run(self._drain_op)
-                self._thread.join(0.002)
+                self._thread.join(0.01)
         except tf.errors.OpError:
             pass  # the session is failing: the close below cancels what is left
 
