@@ -7,9 +7,9 @@ platform initialized (the "failed call to cuInit" line on machines without GPU d
 except those, and sets `TF_CPP_MIN_LOG_LEVEL=2` (C++ errors only) unless the environment already sets it. C++
 warnings are about TensorFlow's internals, not the user's run: the runtime logs "Local rendezvous is aborting with
 status: ..." for every error an input pipeline or infeed thread passes on (the error itself reaches the program), and
-at the end of `predict()` (its input's end stops the step). A normal end of `train()` or `evaluate()` logs none: the
-infeed threads' last runs complete (`input_pipeline.TensorInfeedHook`). With `verbose=True` nothing is filtered and
-the C++ INFO lines are kept.
+at the end of `predict()` (its input's end stops the step). A normal end of `train()` or `evaluate()` on one process
+logs none: the embedding infeed's last run completes (`input_pipeline.TensorInfeedHook`). With `verbose=True`
+nothing is filtered and the C++ INFO lines are kept.
 """
 
 import logging
