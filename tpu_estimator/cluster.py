@@ -23,6 +23,7 @@ import json
 import os
 import re
 import socket
+import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -237,7 +238,38 @@ def host_server(cluster: Cluster, num_cpu_devices: int) -> Any:
                 "Cannot start this process's server as host {} ({}: {}): is the port free, and is the address this "
                 "machine's?".format(cluster.describe(cluster.this_host), type(error).__name__, error)
             ) from error
+        wait_for_every_host_to_listen(cluster)
     return _host_servers[key]
+
+
+# How often `wait_for_every_host_to_listen` says which hosts it still waits for.
+_LISTEN_REPORT_SECS = 30.0
+
+
+def wait_for_every_host_to_listen(cluster: Cluster, poll_secs: float = 0.2) -> None:
+    """Returns once every host's server accepts TCP connections; says every 30 s which hosts it still waits for.
+
+    Nothing may speak gRPC to a host before its server listens: a refused connection puts this process's channel to
+    that host into gRPC's reconnect backoff, and a step that then needs it (another host's session reading a tensor
+    from it through this process) fails at once with `UnavailableError` ("failed to connect to all addresses"),
+    although every host is up by then. So the first session of a job waits here for every host to start.
+    """
+    start = time.monotonic()
+    next_report = _LISTEN_REPORT_SECS
+    while True:
+        missing = unreachable_hosts(cluster, timeout_secs=poll_secs)
+        if not missing:
+            return
+        waited = time.monotonic() - start
+        if waited >= next_report:
+            tf.compat.v1.logging.warning(
+                "Host %s: waiting for host(s) %s to start their servers (%d s so far).",
+                cluster.this_host,
+                ", ".join(cluster.describe(h) for h in missing),
+                int(waited),
+            )
+            next_report += _LISTEN_REPORT_SECS
+        time.sleep(poll_secs)
 
 
 def _unreachable(cluster: Cluster, error: Exception) -> ClusterError:

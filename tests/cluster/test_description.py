@@ -1,6 +1,9 @@
 """The cluster description, shard layout, session config and cross-host sums, without worker processes."""
 
 import json
+import socket
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -266,3 +269,30 @@ def test_dense_gradients_and_variable_reads_cross_hosts_once_per_host():
     x = np.array([1.0, 2.0, 3.0, 4.0])
     gradient = sum(np.outer((i + 1) * x, 2 * (i + 1) * x.sum() * np.ones(3)) for i in range(4)) / 4
     np.testing.assert_allclose(got, 1.0 - 0.01 * gradient, rtol=1e-6)
+
+
+def test_a_host_waits_for_every_host_to_listen_before_speaking_grpc_to_it(monkeypatch):
+    # Host 1's server starts 1.2 s late: the wait returns only once it listens, and says which host it waits for.
+    monkeypatch.setattr(cluster_lib, "_LISTEN_REPORT_SECS", 0.5)
+    own, late = socket.socket(), socket.socket()
+    own.bind(("127.0.0.1", 0))
+    own.listen()
+    late.bind(("127.0.0.1", 0))
+    late_port = late.getsockname()[1]
+    cluster = cluster_lib.Cluster(
+        "worker", ("127.0.0.1:%d" % own.getsockname()[1], "127.0.0.1:%d" % late_port), "grpc://x", this_host=0
+    )
+    reports = []
+    monkeypatch.setattr(tf.compat.v1.logging, "warning", lambda message, *args: reports.append(message % args))
+    timer = threading.Timer(1.2, late.listen)
+    timer.start()
+    start = time.monotonic()
+    try:
+        cluster_lib.wait_for_every_host_to_listen(cluster, poll_secs=0.05)
+        waited = time.monotonic() - start
+    finally:
+        timer.join()
+        own.close()
+        late.close()
+    assert 1.1 < waited < 5, waited
+    assert reports and all("waiting for host(s) /job:worker/task:1 (127.0.0.1:%d)" % late_port in r for r in reports)
