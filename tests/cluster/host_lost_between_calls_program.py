@@ -1,10 +1,10 @@
-"""Host 1 is lost between `train()` and `evaluate()`: the chief's `evaluate()` must fail, not wait for it.
+"""A host is lost between `train()` and `evaluate()`: the other host's `evaluate()` must fail, not wait for it.
 
-    python tests/cluster/host_lost_between_calls_program.py MODEL_DIR NUM_SHARDS STEPS
+    python tests/cluster/host_lost_between_calls_program.py MODEL_DIR NUM_SHARDS STEPS LOST_HOST
 
-Run as a 2-host job (`tpu-estimator-hosts`). Both hosts train `host_program`'s model; host 1 then exits (its server
-goes with it); the chief calls `evaluate()` and writes MODEL_DIR/lost_host_result.json: the error's type and text
-and how long `evaluate()` took to raise it.
+Run as a 2-host job (`tpu-estimator-hosts`). Both hosts train `host_program`'s model; host LOST_HOST then exits (its
+server goes with it); the other host calls `evaluate()` and writes MODEL_DIR/lost_host_result.json: the error's type
+and text and how long `evaluate()` took to raise it.
 """
 
 import json
@@ -19,7 +19,7 @@ import tpu_estimator as te
 
 
 def main(argv):
-    model_dir, num_shards, steps = argv[1], int(argv[2]), int(argv[3])
+    model_dir, num_shards, steps, lost_host = argv[1], int(argv[2]), int(argv[3]), int(argv[4])
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     config = te.RunConfig(model_dir=model_dir, tpu_config=te.TPUConfig(iterations_per_loop=2, num_shards=num_shards))
     estimator = te.TPUEstimator(
@@ -30,9 +30,9 @@ def main(argv):
         eval_batch_size=host_program.GLOBAL_BATCH,
     )
     estimator.train(host_program.make_input_fn(0), max_steps=steps)
-    if not config.is_chief:
+    if (config.task_id or 0) == lost_host:
         os._exit(0)  # lost: no clean shutdown of this host's server
-    time.sleep(2.0)  # host 1 is gone
+    time.sleep(2.0)  # the lost host is gone
     start = time.monotonic()
     try:
         estimator.evaluate(host_program.make_input_fn(0), steps=2)

@@ -89,14 +89,17 @@ def test_a_killed_host_fails_the_others_within_60s_and_the_job_resumes(tmp_path,
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_a_host_lost_between_train_and_evaluate_fails_the_chiefs_evaluate_within_seconds(tmp_path):
-    # A new session on a cluster waits for every task for ever: without the check, the chief's evaluate() would sit
-    # in session creation until the job's grace period ends.
+@pytest.mark.parametrize("lost", [1, 0], ids=["host1_lost", "chief_lost"])
+def test_a_host_lost_between_train_and_evaluate_fails_the_others_evaluate_within_seconds(tmp_path, lost):
+    # A new session on a cluster waits for every task for ever: without the check, the other host's evaluate() would
+    # sit in session creation until the job's grace period ends.
     program = os.path.join(os.path.dirname(__file__), "host_lost_between_calls_program.py")
-    host_jobs.run_program(program, [tmp_path, 2, 4], 2)
+    host_jobs.run_program(program, [tmp_path, 2, 4, lost], 2)
     with open(tmp_path / "lost_host_result.json") as f:
         result = json.load(f)
     assert result["error"] == "ClusterError", result
-    assert result["message"].startswith("evaluate() on the cluster failed: host /job:worker/task:1 (127.0.0.1:")
+    assert result["message"].startswith(
+        "evaluate() on the cluster failed: host /job:worker/task:{} (127.0.0.1:".format(lost)
+    )
     assert "did not respond before the session was created" in result["message"]
     assert result["secs"] < 10, result
