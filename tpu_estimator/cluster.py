@@ -24,7 +24,7 @@ import os
 import re
 import socket
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import tensorflow as tf
 
@@ -501,7 +501,7 @@ def reporting_faults(cluster: Optional[Cluster], what: str) -> Iterator[None]:
 
 
 # The clusters (by their addresses) whose every host this process has had a session with.
-_ANSWERED: set = set()
+_ANSWERED: Set[Tuple[str, ...]] = set()
 
 
 class EveryHostAnswers(tf.compat.v1.train.SessionRunHook):
