@@ -1,4 +1,4 @@
-"""Cost of the finite-checkpoint check (tpu_estimator/finite_checkpoints.py) next to the save it guards, for
+"""Cost of the finite-checkpoint check (tpu_estimator/checkpoints/finite_checkpoints.py) next to the save it guards, for
 workload A's and D's variables (tables, Adagrad accumulators, MLP). Run: PYTHONPATH=. python scripts/finite_checkpoint_cost.py
 """
 
@@ -10,7 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from tpu_estimator.finite_checkpoints import FiniteCheckpointListener
+from tpu_estimator.checkpoints.finite_checkpoints import FiniteCheckpointListener
 
 
 def measure(name, shapes, runs=5):

@@ -28,8 +28,9 @@ def main(argv):
     import tensorflow as tf
     from tensorflow.python.training import session_manager
 
-    from tpu_estimator import embedding_infeed, step_feed, train_loop
     from tpu_estimator.app import program_benchmark, setup_benchmark
+    from tpu_estimator.embedding_stage import embedding_infeed
+    from tpu_estimator.modes import step_feed, train_loop
 
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
     times: dict = {}

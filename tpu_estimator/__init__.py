@@ -34,16 +34,21 @@ from tpu_estimator import _keras2  # noqa: E402
 
 _keras2.select_keras2()
 
+# Module paths of releases before the stage subpackages (`tpu_estimator.cluster`, ...) keep importing.
+from tpu_estimator import _moved_modules  # noqa: E402
+
+_moved_modules.install()
+
 _EXPORTS = {
-    "TPUContext": "context",
-    "UnsupportedOffTPUError": "context",
+    "TPUContext": "specs.context",
+    "UnsupportedOffTPUError": "specs.context",
     "ExportSavedModelApiVersion": "tpu_estimator",
     "TPUEstimator": "tpu_estimator",
-    "CrossShardOptimizer": "replication",
-    "cross_replica_sum": "replication",
-    "outside_compilation": "replication",
-    "rewrite": "device_rewrite",
-    "TPUEstimatorSpec": "spec",
+    "CrossShardOptimizer": "replicas.replication",
+    "cross_replica_sum": "replicas.replication",
+    "outside_compilation": "replicas.replication",
+    "rewrite": "replicas.device_rewrite",
+    "TPUEstimatorSpec": "specs.spec",
     "InputPipelineConfig": "tpu_config",
     "RunConfig": "tpu_config",
     "TPUConfig": "tpu_config",

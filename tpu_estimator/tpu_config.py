@@ -15,8 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib
-from tpu_estimator import cluster as cluster_lib
-from tpu_estimator import devices as devices_lib
+from tpu_estimator.hosts import cluster as cluster_lib
+from tpu_estimator.hosts import shard_devices as devices_lib
 
 _ITERATIONS_PER_LOOP_VALUE_REGEX = re.compile(r"^(?P<value>[1-9]\d*)((?P<suffix>[smh])$|$)")
 

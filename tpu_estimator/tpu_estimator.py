@@ -9,22 +9,17 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import (
-    _estimator_lib,
-    checkpoint_state,
-    collectives,
-    cpu_path,
-    data_errors,
-    host_train_and_evaluate,
-    predict_step,
-    shared_stages,
-    train_guard,
-)
-from tpu_estimator import cluster as cluster_lib
-from tpu_estimator import hooks as hooks_lib
-from tpu_estimator.context import ShardingContext
-from tpu_estimator.deferred_input import DeferredInput
-from tpu_estimator.eval_loop import EvalLoop
+from tpu_estimator import _estimator_lib
+from tpu_estimator.checkpoints import checkpoint_state, train_guard
+from tpu_estimator.hosts import cluster as cluster_lib
+from tpu_estimator.hosts import collectives, host_train_and_evaluate
+from tpu_estimator.inputs import data_errors
+from tpu_estimator.inputs.deferred_input import DeferredInput
+from tpu_estimator.modes import cpu_path, predict_step, shared_stages
+from tpu_estimator.modes import hooks as hooks_lib
+from tpu_estimator.modes.eval_loop import EvalLoop
+from tpu_estimator.modes.train_loop import TrainLoop, TrainLoopSettings
+from tpu_estimator.specs.context import ShardingContext
 from tpu_estimator.tpu_config import (
     InputPipelineConfig,
     RunConfig,
@@ -33,7 +28,6 @@ from tpu_estimator.tpu_config import (
     input_pipeline_config_name,
     parse_iterations_per_loop,
 )
-from tpu_estimator.train_loop import TrainLoop, TrainLoopSettings
 
 ModeKeys = _estimator_lib.ModeKeys
 _RESERVED_PARAMS_KEYS = ["batch_size", "context"]
@@ -260,14 +254,14 @@ class TPUEstimator(_estimator_lib.Estimator):
         """The Estimator's `train` as the only writer of `model_dir`, never checkpointing NaN/Inf (`train_guard`).
 
         Raises:
-          tpu_estimator.model_dir_lock.ModelDirLockedError: another process trains into `model_dir`.
-          tpu_estimator.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
-          tpu_estimator.checkpoint_state.DamagedCheckpointStateError: the `checkpoint` state file of `model_dir` is
+          tpu_estimator.checkpoints.model_dir_lock.ModelDirLockedError: another process trains into `model_dir`.
+          tpu_estimator.checkpoints.finite_checkpoints.NonFiniteCheckpointError: a checkpoint would hold NaN or Inf.
+          tpu_estimator.checkpoints.checkpoint_state.DamagedCheckpointStateError: the `checkpoint` state file of `model_dir` is
             damaged, missing beside checkpoints, or older than an intact checkpoint (nothing is written).
-          tpu_estimator.train_guard.EmptyTrainingInputError: `input_fn`'s input ended before the first step (upstream
+          tpu_estimator.checkpoints.train_guard.EmptyTrainingInputError: `input_fn`'s input ended before the first step (upstream
             returns having trained nothing).
           ValueError: `per_host_input_for_training` is SLICED (an evaluation/prediction configuration).
-          tpu_estimator.cluster.ClusterError: on a cluster, a host is lost or cannot write `model_dir`.
+          tpu_estimator.hosts.cluster.ClusterError: on a cluster, a host is lost or cannot write `model_dir`.
           tf.errors.InvalidArgumentError: a check on the data failed (an embedding id out of range, a negative
             weight): the first line of its message names the feature, the table, the values and the valid range.
         """
@@ -316,7 +310,7 @@ class TPUEstimator(_estimator_lib.Estimator):
 
         Raises:
           TypeError: `train_spec` or `eval_spec` is not a `TrainSpec` / `EvalSpec`.
-          tpu_estimator.cluster.ClusterError: a host is lost.
+          tpu_estimator.hosts.cluster.ClusterError: a host is lost.
         """
         if not isinstance(train_spec, _estimator_lib.TrainSpec):
             raise TypeError("`train_spec` must have type `tf.estimator.TrainSpec`. Got: {}".format(type(train_spec)))
@@ -330,7 +324,7 @@ class TPUEstimator(_estimator_lib.Estimator):
         on the data raises TensorFlow's error with what failed as its first line (`data_errors`).
 
         Raises:
-          tpu_estimator.checkpoint_state.DamagedCheckpointStateError: without `checkpoint_path`, the `checkpoint`
+          tpu_estimator.checkpoints.checkpoint_state.DamagedCheckpointStateError: without `checkpoint_path`, the `checkpoint`
             state file of `model_dir` is damaged (upstream would evaluate freshly initialised weights).
         """
         if checkpoint_path is None:
@@ -343,7 +337,7 @@ class TPUEstimator(_estimator_lib.Estimator):
         on the data raises TensorFlow's error with what failed as its first line (`data_errors`).
 
         Raises:
-          tpu_estimator.checkpoint_state.DamagedCheckpointStateError: as `evaluate`.
+          tpu_estimator.checkpoints.checkpoint_state.DamagedCheckpointStateError: as `evaluate`.
         """
         if checkpoint_path is None:
             checkpoint_state.verify_checkpoint_state(self._model_dir, for_training=False)
@@ -360,7 +354,7 @@ class TPUEstimator(_estimator_lib.Estimator):
         Raises:
           RuntimeError: with one process per host, on a host other than the chief: the chief's export failed (the
             chief raises its own error).
-          tpu_estimator.cluster.ClusterError: with one process per host, the chief did not answer within
+          tpu_estimator.hosts.cluster.ClusterError: with one process per host, the chief did not answer within
             `EXPORT_WAIT_SECS` (it is lost).
         """
         cluster = self._config.tpu_cluster

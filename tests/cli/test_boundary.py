@@ -363,8 +363,8 @@ def test_package_names_are_imported_on_first_use():
 import sys
 import tpu_estimator as te
 assert te.__version__ == "0.1.0" and "tensorflow" not in sys.modules
-import tpu_estimator.device_rewrite  # the module of the exported function
-assert callable(te.rewrite) and te.rewrite.__module__ == "tpu_estimator.device_rewrite"
+import tpu_estimator.replicas.device_rewrite  # the module of the exported function
+assert callable(te.rewrite) and te.rewrite.__module__ == "tpu_estimator.replicas.device_rewrite"
 assert te.TPUEstimator.__name__ == "TPUEstimator" and te.experimental.__name__ == "tpu_estimator.experimental"
 from tpu_estimator import RunConfig, TPUConfig, rewrite
 assert rewrite is te.rewrite and sorted(te.__all__) == te.__all__ and "TPUEstimatorSpec" in dir(te)

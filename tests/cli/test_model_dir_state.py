@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tests.cli.test_runtime_errors import FAST, run_in_process
-from tpu_estimator.model_dir_lock import LOCK_FILE_NAME, ModelDirLock
+from tpu_estimator.checkpoints.model_dir_lock import LOCK_FILE_NAME, ModelDirLock
 
 
 def error_line(capsys, subcommand):

@@ -19,7 +19,7 @@ import tensorflow as tf
 import tpu_estimator as te
 from tpu_estimator import estimator as tf_estimator
 from tpu_estimator import experimental as tex
-from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX
+from tpu_estimator.specs.embedding_spec import SEQUENCE_LENGTH_SUFFIX
 
 RNG = np.random.RandomState(11)
 ROWS, GLOBAL_BATCH, PREDICT_BATCH = 96, 24, 12

@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
-from tpu_estimator import cluster as cluster_lib
-from tpu_estimator import devices as devices_lib
-from tpu_estimator import replication
+from tpu_estimator.hosts import cluster as cluster_lib
+from tpu_estimator.hosts import shard_devices as devices_lib
+from tpu_estimator.replicas import replication
 
 SPEC = {"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}
 

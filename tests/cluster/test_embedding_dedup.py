@@ -16,7 +16,7 @@ from google.protobuf import text_format
 import tpu_estimator as te
 from tests.cluster import model
 from tpu_estimator import experimental as tex
-from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX
+from tpu_estimator.specs.embedding_spec import SEQUENCE_LENGTH_SUFFIX
 
 RNG = np.random.RandomState(11)
 N, BATCH = 128, 16

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tests.cluster import model
 from tests.cluster.local_cluster import LocalCluster
-from tpu_estimator import cluster as cluster_lib
+from tpu_estimator.hosts import cluster as cluster_lib
 
 STEPS = 8
 

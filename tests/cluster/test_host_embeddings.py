@@ -2,7 +2,7 @@
 
 The program is `tests/cluster/host_embedding_program.py` (tables with Adagrad, Adam and FTRL, one with a learning
 rate of the global step; weighted, 'sqrtn' and sequence features), run unchanged on 1 host and on N. Each host's
-process looks up and updates the tables beside its step (`tpu_estimator/embedding_exchange.py`): its ids deduplicated
+process looks up and updates the tables beside its step (`tpu_estimator/embedding_stage/embedding_exchange.py`): its ids deduplicated
 on its CPU, each shard's update made once per unique id of the global batch by the host that owns it. A killed chief
 makes the other host fail within 60 s naming it, and the restarted job ends where an uninterrupted one ends.
 """

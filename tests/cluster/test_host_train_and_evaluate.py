@@ -1,5 +1,5 @@
 """`train_and_evaluate` with one process per host: every host evaluates the checkpoints the chief's saves pick, in
-the pause of training, as one host's local loop does (`tpu_estimator/host_train_and_evaluate.py`).
+the pause of training, as one host's local loop does (`tpu_estimator/hosts/host_train_and_evaluate.py`).
 
 The program is `tests/cluster/host_train_and_evaluate_program.py` (embedding tables sharded over the hosts), run on 1
 host (the core's local loop: upstream's on TF 2.15, ours on 2.21) and as a job of N.
@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from tests.cluster import host_jobs
 from tests.cluster.local_cluster import free_ports
-from tpu_estimator import collectives, host_train_and_evaluate
 from tpu_estimator.app import hosts
+from tpu_estimator.hosts import collectives, host_train_and_evaluate
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "host_train_and_evaluate_program.py")
 STEPS = 10  # checkpoints at 0, 4, 8 and 10 (the last step)

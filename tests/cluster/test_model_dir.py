@@ -6,7 +6,7 @@ import pytest
 
 from tests.cluster import model
 from tests.cluster.local_cluster import LocalCluster
-from tpu_estimator import cluster as cluster_lib
+from tpu_estimator.hosts import cluster as cluster_lib
 
 
 def test_a_model_dir_the_hosts_cannot_write_is_refused(tmp_path, cluster2):

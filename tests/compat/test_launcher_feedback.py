@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from tests.helpers.launcher import run_launcher
 from tpu_estimator import compat
-from tpu_estimator import data_errors as errors
 from tpu_estimator.compat import launcher as run_lib
+from tpu_estimator.inputs import data_errors as errors
 
 # What TensorFlow 2.15 and 2.21 report for a failed `tf.debugging.Assert` of our id check (quotes escaped).
 TF_ASSERT_MESSAGE = (

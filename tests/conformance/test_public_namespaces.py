@@ -73,8 +73,8 @@ def test_rewrite_is_the_function_whatever_the_import_order():
     code = (
         "import tpu_estimator as te\n"
         "te.TPUEstimator  # the package loads its modules on first use\n"
-        "import tpu_estimator.device_rewrite\n"
+        "import tpu_estimator.replicas.device_rewrite\n"
         "from tpu_estimator import cpu_path\n"
-        "print(callable(cpu_path.rewrite), te.rewrite is tpu_estimator.device_rewrite.rewrite)\n"
+        "print(callable(cpu_path.rewrite), te.rewrite is tpu_estimator.replicas.device_rewrite.rewrite)\n"
     )
     assert _fresh_python(code).strip().splitlines()[-1] == "True True"

@@ -153,7 +153,7 @@ def test_github_anchor_matches_githubs_rule():
     assert github_anchor("2026-11-26 `e1a61c9`: the session's close, measured apart", seen) == (
         "2026-11-26-e1a61c9-the-sessions-close-measured-apart"
     )
-    assert github_anchor("Finite-checkpoint check, `tpu_estimator/finite_checkpoints.py`", seen) == (
+    assert github_anchor("Finite-checkpoint check, `tpu_estimator/checkpoints/finite_checkpoints.py`", seen) == (
         "finite-checkpoint-check-tpu_estimatorfinite_checkpointspy"
     )
     assert github_anchor("Today's results", seen) == "todays-results"

@@ -297,7 +297,7 @@ def check_rm(words: List[str]) -> None:
 
 def check_server(words: List[str]) -> None:
     """`tpu-estimator-server` flags exist and its --cluster value parses."""
-    from tpu_estimator import cluster_server
+    from tpu_estimator.hosts import cluster_server
 
     source = Path(cluster_server.__file__).read_text()
     defined = set(re.findall(r"flags\.DEFINE_\w+\(\s*\"(\w+)\"", source))

@@ -17,7 +17,7 @@ _PACKAGES = tuple(os.path.join(REPO, package) + os.sep for package in ("tpu_esti
 
 
 def product_module(filename: str) -> str:
-    """`tpu_estimator/train_loop.py` for a product file, '' for any other."""
+    """`tpu_estimator/modes/train_loop.py` for a product file, '' for any other."""
     if filename.startswith(_PACKAGES):
         return os.path.relpath(filename, REPO)
     return ""

@@ -7,7 +7,7 @@ import os
 import tensorflow as tf
 
 from tests.conformance import cases, programs
-from tpu_estimator import hooks
+from tpu_estimator.modes import hooks
 
 CASE = dict(cases.BASE_CASE, iterations_per_loop=3, optimizer="sgd")
 

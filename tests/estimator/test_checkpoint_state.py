@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tests.estimator import guarded_trainer
-from tpu_estimator.checkpoint_state import DamagedCheckpointStateError
+from tpu_estimator.checkpoints.checkpoint_state import DamagedCheckpointStateError
 
 TRAINED, TARGET = 4, 6
 

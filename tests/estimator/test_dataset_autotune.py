@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import dataset_options_pb2
 
-from tpu_estimator import dataset_autotune
-from tpu_estimator.input_pipeline import _Source
+from tpu_estimator.inputs import dataset_autotune
+from tpu_estimator.inputs.input_pipeline import _Source
 
 D = tf.data.Dataset
 

@@ -293,7 +293,7 @@ def test_missing_embedding_feature_is_named(tmp_path):
 
 def test_missing_embedding_inputs_are_named_off_the_shards():
     """The CPU path and export check the features as training does (one check: `engine_inputs`)."""
-    from tpu_estimator import embedding_serving
+    from tpu_estimator.embedding_stage import embedding_serving
 
     spec = make_spec(tex.AdagradParameters(0.1))
     with tf.Graph().as_default():
@@ -438,7 +438,7 @@ def test_eval_on_cpu_path_reads_the_logical_tables(tmp_path):
 
 
 def test_initial_infeed_sleep_is_slept_once_with_the_embedding_infeed(tmp_path, monkeypatch):
-    from tpu_estimator import input_pipeline
+    from tpu_estimator.inputs import input_pipeline
 
     sleep_secs = 1  # nothing else in this run sleeps exactly 1 s
     real_sleep = input_pipeline.time.sleep

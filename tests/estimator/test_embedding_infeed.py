@@ -3,7 +3,7 @@ amortised over about 65,536 ids, between 8 and 64 steps."""
 
 import pytest
 
-from tpu_estimator import embedding_infeed
+from tpu_estimator.embedding_stage import embedding_infeed
 
 
 @pytest.mark.parametrize(

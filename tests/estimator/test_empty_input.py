@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tests.estimator import models
-from tpu_estimator.train_guard import EmptyTrainingInputError
+from tpu_estimator.checkpoints.train_guard import EmptyTrainingInputError
 
 
 def input_of(num_examples):

@@ -9,7 +9,7 @@ import tensorflow as tf
 import tpu_estimator as te
 from tests.estimator import models
 from tpu_estimator import estimator as tf_estimator
-from tpu_estimator import replication
+from tpu_estimator.replicas import replication
 
 
 def _config(tmp_path, **tpu_kwargs):

@@ -10,7 +10,7 @@ import tensorflow as tf
 import tpu_estimator as te
 from tests.estimator import test_embedding_estimator as emb
 from tpu_estimator import experimental as tex
-from tpu_estimator.finite_checkpoints import NonFiniteCheckpointError
+from tpu_estimator.checkpoints.finite_checkpoints import NonFiniteCheckpointError
 
 BATCH = 8
 STEPS = 6

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
-from tpu_estimator import input_position
+from tpu_estimator.inputs import input_position
 
 RNG = np.random.RandomState(5)
 X = RNG.randn(40, 3).astype(np.float32)  # 40 rows: batches of 8 cross the epoch boundary mid-run

@@ -16,8 +16,8 @@ import tensorflow as tf
 
 import tpu_estimator as te
 from tests.estimator import guarded_trainer
-from tpu_estimator import model_dir_lock
-from tpu_estimator.model_dir_lock import LOCK_FILE_NAME, ModelDirLock, ModelDirLockedError
+from tpu_estimator.checkpoints import model_dir_lock
+from tpu_estimator.checkpoints.model_dir_lock import LOCK_FILE_NAME, ModelDirLock, ModelDirLockedError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAX_STEPS = 5

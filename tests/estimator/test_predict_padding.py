@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conformance import cases
-from tpu_estimator import input_pipeline
+from tpu_estimator.inputs import input_pipeline
 
 BASE = dict(cases.BASE_CASE, mode="predict")
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tpu_estimator import replication, stamping
-from tpu_estimator.replica_context import ReplicaContext, ReplicaCoordinator, current_replica_context
+from tpu_estimator.replicas import replication, stamping
+from tpu_estimator.replicas.replica_context import ReplicaContext, ReplicaCoordinator, current_replica_context
 
 
 @pytest.mark.parametrize("coordinator", [replication.ThreadedCoordinator, stamping.StampingCoordinator])

@@ -1,4 +1,4 @@
-"""Replicas traced once (`tpu_estimator/stamping.py`): replica 0 is built, the other replicas are copies of its ops.
+"""Replicas traced once (`tpu_estimator/replicas/stamping.py`): replica 0 is built, the other replicas are copies of its ops.
 
 Oracles: NumPy on each replica's own input; training on 2 shards against 1 shard on the same global batch (with
 v1 conds and loops inside `model_fn`, whose copies need their own loop frames); independent random draws.
@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
-from tpu_estimator import _tf_internal, stamping
+from tpu_estimator import _tf_internal
+from tpu_estimator.replicas import stamping
 
 DEVICES = ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
 INPUTS = [np.array([[1.0, 2.0]], np.float32), np.array([[-1.0, 0.5]], np.float32), np.array([[3.0, -2.0]], np.float32)]

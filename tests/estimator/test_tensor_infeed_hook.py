@@ -5,7 +5,7 @@ import threading
 import pytest
 import tensorflow as tf
 
-from tpu_estimator.input_pipeline import TensorInfeedHook, drain
+from tpu_estimator.inputs.input_pipeline import TensorInfeedHook, drain
 
 
 class _Later(tf.compat.v1.train.SessionRunHook):

@@ -7,8 +7,9 @@ import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
-from tpu_estimator import embedding_bridge, experimental
-from tpu_estimator.input_pipeline import WholeHostBatch
+from tpu_estimator import experimental
+from tpu_estimator.embedding_stage import embedding_bridge
+from tpu_estimator.inputs.input_pipeline import WholeHostBatch
 
 ROWS, DIM, BATCH = 10, 2, 8
 

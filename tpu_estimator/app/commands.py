@@ -20,16 +20,17 @@ import numpy as np
 import tensorflow as tf
 from absl import flags
 
-from tpu_estimator import checkpoint_state, input_position
 from tpu_estimator.app import config_file, models, run_config_file
 from tpu_estimator.app import predict as cli_predict
 from tpu_estimator.app import progress as cli_progress
 from tpu_estimator.app.errors import CliError
 from tpu_estimator.app.models import inputs as model_inputs
+from tpu_estimator.checkpoints import checkpoint_state
+from tpu_estimator.checkpoints.model_dir_lock import ModelDirLockedError
+from tpu_estimator.checkpoints.train_guard import EmptyTrainingInputError
 from tpu_estimator.estimator_core import checkpoint_step
-from tpu_estimator.eval_loop import EvaluationInputEndedError
-from tpu_estimator.model_dir_lock import ModelDirLockedError
-from tpu_estimator.train_guard import EmptyTrainingInputError
+from tpu_estimator.inputs import input_position
+from tpu_estimator.modes.eval_loop import EvaluationInputEndedError
 
 PROG = "tpu-estimator"
 

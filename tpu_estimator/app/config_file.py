@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Union
 import yaml
 
 from tpu_estimator.app.data import schema as _criteo
-from tpu_estimator.batch_size import check_divisible
+from tpu_estimator.specs.batch_size import check_divisible
 
 DENSE_OPTIMIZERS = ("sgd", "momentum", "adagrad", "adam", "rmsprop", "ftrl")
 

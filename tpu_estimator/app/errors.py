@@ -1,6 +1,6 @@
 """The command line's error type, and the messages of data errors TensorFlow raises (no TensorFlow import)."""
 
-from tpu_estimator.data_errors import data_error
+from tpu_estimator.inputs.data_errors import data_error
 
 
 class CliError(Exception):

@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tpu_estimator.app import program_benchmark
-from tpu_estimator.batch_size import check_divisible
+from tpu_estimator.specs.batch_size import check_divisible
 
 PROGRAM_DIR = program_benchmark.PROGRAM_DIR
 

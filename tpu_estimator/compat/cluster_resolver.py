@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import cluster as cluster_lib
-from tpu_estimator import devices as devices_lib
+from tpu_estimator.hosts import cluster as cluster_lib
+from tpu_estimator.hosts import shard_devices as devices_lib
 
 _GRPC = "grpc://"
 # `cluster` (default): grpc:// addresses given as `tpu=` are the cluster's workers; `ignore`: run in this process.
@@ -174,7 +174,7 @@ class TPUClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):
         still decides for its estimator).
 
         Raises:
-          tpu_estimator.cluster.ClusterError: the cluster cannot be reached.
+          tpu_estimator.hosts.cluster.ClusterError: the cluster cannot be reached.
         """
         del task_type, task_id, config_proto
         if self._workers:

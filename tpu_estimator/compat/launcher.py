@@ -51,7 +51,7 @@ import sys
 import traceback
 from typing import Any, List, Optional, Sequence, Tuple
 
-from tpu_estimator import data_errors
+from tpu_estimator.inputs import data_errors
 
 NUM_SHARDS_ENV = "TPU_ESTIMATOR_NUM_SHARDS"
 TRACEBACK_ENV = "TPU_ESTIMATOR_TRACEBACK"
@@ -197,7 +197,7 @@ def announce_shards(config: Any) -> None:
     """
     if not _running:
         return
-    from tpu_estimator import devices as devices_lib
+    from tpu_estimator.hosts import shard_devices as devices_lib
 
     num_shards = config.num_shards
     configured = config.tpu_config.num_shards
@@ -226,7 +226,8 @@ def _run_program(options: dict, args: List[str]) -> None:
 
     quiet.import_tensorflow(options["verbose"])
     quiet.configure_logging(options["verbose"])
-    from tpu_estimator import compat, devices
+    from tpu_estimator import compat
+    from tpu_estimator.hosts import shard_devices as devices
 
     program_args = args if options["module"] else args[1:]
     # On stdout: an informational line, not an error (stderr stays the program's and its errors').

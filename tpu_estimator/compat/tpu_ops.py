@@ -1,7 +1,7 @@
 """`tf.compat.v1.tpu` functions off a TPU: `replicate`, `shard`, `batch_parallel`, system init, bfloat16 scope.
 
 `replicate` and `shard` build one copy of the computation per shard device with
-`tpu_estimator.replication.run_replicated`, so `cross_replica_sum` and `CrossShardOptimizer` inside them reduce
+`tpu_estimator.replicas.replication.run_replicated`, so `cross_replica_sum` and `CrossShardOptimizer` inside them reduce
 across the copies. Variables created inside are one logical copy shared by the replicas. On a TPU every core
 keeps its own copy and applies the same (cross-replica summed) update, so the result is one update per step;
 here, as in `TPUEstimator`, only replica 0's operations run: the operations a replica returns (e.g. a
@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Union
 
 import tensorflow as tf
 
-from tpu_estimator import devices as devices_lib
-from tpu_estimator import replication
+from tpu_estimator.hosts import shard_devices as devices_lib
+from tpu_estimator.replicas import replication
 
 
 def _reject_tpu_only(what: str, infeed_queue, device_assignment) -> None:

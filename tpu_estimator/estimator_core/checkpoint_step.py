@@ -1,7 +1,7 @@
 """The global step of a model directory's latest checkpoint, and whether `train(max_steps=...)` has reached it.
 
 Shared by our `Estimator.train` (which then trains nothing, as upstream's), `TPUEstimator.train`'s guard on both
-Estimator cores (`tpu_estimator/train_guard.py`, which also warns) and the command line (`app/commands.py`).
+Estimator cores (`tpu_estimator/checkpoints/train_guard.py`, which also warns) and the command line (`app/commands.py`).
 """
 
 import numbers

@@ -14,7 +14,7 @@ from embedding.optimizers import (
     RMSPropParameters,
     StochasticGradientDescentParameters,
 )
-from tpu_estimator.embedding_spec import EmbeddingConfigSpec, FeatureConfig, TableConfig
+from tpu_estimator.specs.embedding_spec import EmbeddingConfigSpec, FeatureConfig, TableConfig
 
 __all__ = [
     "AdagradMomentumParameters",

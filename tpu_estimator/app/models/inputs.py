@@ -17,9 +17,9 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from tpu_estimator import estimator as tf_estimator
-from tpu_estimator import input_position
 from tpu_estimator.app import config_file
 from tpu_estimator.app.data import criteo, synthetic
+from tpu_estimator.inputs import input_position
 
 ModeKeys = tf_estimator.ModeKeys
 # First synthetic evaluation example when training streams endlessly (far beyond any training run).

@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import tensorflow as tf
 
-from tpu_estimator.collectives import HostCollectives
+from tpu_estimator.hosts.collectives import HostCollectives
 
 # How long the broadcast at session start may wait for the chief (which may be restoring a large checkpoint); the
 # session's operation deadline (`operation_timeout_in_ms`, 40 s by default on a cluster) bounds the local init's run

@@ -13,9 +13,10 @@ from typing import Any, List
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, shared_stages
-from tpu_estimator.spec import call_scaffold_fn
-from tpu_estimator.step_feed import FeedSources, StepFeed
+from tpu_estimator import _estimator_lib
+from tpu_estimator.modes import shared_stages
+from tpu_estimator.modes.step_feed import FeedSources, StepFeed
+from tpu_estimator.specs.spec import call_scaffold_fn
 
 ModeKeys = _estimator_lib.ModeKeys
 

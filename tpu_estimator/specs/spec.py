@@ -4,7 +4,8 @@ import collections
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _keras2, host_call_spec
+from tpu_estimator import _estimator_lib, _keras2
+from tpu_estimator.specs import host_call_spec
 
 
 class TPUEstimatorSpec(

@@ -23,7 +23,7 @@ from typing import Any, Callable, ContextManager, Iterator, List, NamedTuple, Op
 import tensorflow as tf
 
 from tpu_estimator import _tf_internal
-from tpu_estimator.replica_context import (
+from tpu_estimator.replicas.replica_context import (
     ReplicaContext,
     ReplicaCoordinator,
     current_replica_context,

@@ -22,8 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import collectives
 from tpu_estimator.estimator_core import evaluator as evaluator_lib
+from tpu_estimator.hosts import collectives
 
 # How long a host waits for the chief's pick: the chief answers once it has saved (a large model's checkpoint may
 # take minutes); a lost chief fails the broadcast at once (its connection is gone).

@@ -4,7 +4,7 @@ outfeed, and the hook that runs them after each loop (the call itself and the CP
 import tensorflow as tf
 
 from tpu_estimator import _tf_internal
-from tpu_estimator.host_call_spec import SummaryWritersHook, call
+from tpu_estimator.specs.host_call_spec import SummaryWritersHook, call
 
 
 def flatten_tensors(host_call):

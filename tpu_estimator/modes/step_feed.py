@@ -21,14 +21,14 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import embedding_infeed
-from tpu_estimator.context import ShardingContext, TPUContext
-from tpu_estimator.embedding_bridge import EmbeddingBridge
-from tpu_estimator.embedding_exchange import HostEmbeddingExchange
-from tpu_estimator.embedding_infeed import EmbeddingInfeed, HostStage
-from tpu_estimator.embedding_spec import resolve_embedding_config
-from tpu_estimator.input_pipeline import InputPipeline
-from tpu_estimator.shared_stages import ShardedSettings
+from tpu_estimator.embedding_stage import embedding_infeed
+from tpu_estimator.embedding_stage.embedding_bridge import EmbeddingBridge
+from tpu_estimator.embedding_stage.embedding_exchange import HostEmbeddingExchange
+from tpu_estimator.embedding_stage.embedding_infeed import EmbeddingInfeed, HostStage
+from tpu_estimator.inputs.input_pipeline import InputPipeline
+from tpu_estimator.modes.shared_stages import ShardedSettings
+from tpu_estimator.specs.context import ShardingContext, TPUContext
+from tpu_estimator.specs.embedding_spec import resolve_embedding_config
 
 
 @dataclasses.dataclass(frozen=True)

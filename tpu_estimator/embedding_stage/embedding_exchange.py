@@ -29,11 +29,11 @@ from typing import Any, List, Tuple
 import tensorflow as tf
 
 from embedding.shard_exchange import QueueShardExchange
-from tpu_estimator import collectives as collectives_lib
-from tpu_estimator.embedding_bridge import EmbeddingBridge, TappedGradients
-from tpu_estimator.embedding_infeed import EmbeddingInfeed
-from tpu_estimator.input_pipeline import TensorInfeedHook
-from tpu_estimator.queued_structure import QueuedStructure, dequeued_list
+from tpu_estimator.embedding_stage.embedding_bridge import EmbeddingBridge, TappedGradients
+from tpu_estimator.embedding_stage.embedding_infeed import EmbeddingInfeed
+from tpu_estimator.hosts import collectives as collectives_lib
+from tpu_estimator.inputs.input_pipeline import TensorInfeedHook
+from tpu_estimator.inputs.queued_structure import QueuedStructure, dequeued_list
 
 # Steps of inputs with activations the thread may queue ahead of the step (it cannot look up further ahead: the
 # next lookups wait for this step's update).

@@ -20,10 +20,10 @@ from typing import Any, Iterator, List, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import checkpoint_state
+from tpu_estimator.checkpoints import checkpoint_state
+from tpu_estimator.checkpoints.finite_checkpoints import FiniteCheckpointListener
+from tpu_estimator.checkpoints.model_dir_lock import ModelDirLock
 from tpu_estimator.estimator_core.checkpoint_step import reached_max_steps
-from tpu_estimator.finite_checkpoints import FiniteCheckpointListener
-from tpu_estimator.model_dir_lock import ModelDirLock
 
 _log = tf.get_logger()
 

@@ -11,13 +11,14 @@ from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, embedding_serving
-from tpu_estimator import hooks as hooks_lib
-from tpu_estimator import host_calls as host_calls_lib
-from tpu_estimator.context import ShardingContext
-from tpu_estimator.device_rewrite import rewrite
-from tpu_estimator.embedding_spec import EmbeddingConfigSpec
-from tpu_estimator.spec import TPUEstimatorSpec, call_user_model_fn
+from tpu_estimator import _estimator_lib, _tf_internal
+from tpu_estimator.embedding_stage import embedding_serving
+from tpu_estimator.modes import hooks as hooks_lib
+from tpu_estimator.modes import host_calls as host_calls_lib
+from tpu_estimator.replicas.device_rewrite import rewrite
+from tpu_estimator.specs.context import ShardingContext
+from tpu_estimator.specs.embedding_spec import EmbeddingConfigSpec
+from tpu_estimator.specs.spec import TPUEstimatorSpec, call_user_model_fn
 
 ModeKeys = _estimator_lib.ModeKeys
 

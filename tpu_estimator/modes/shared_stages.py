@@ -10,12 +10,14 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, embedding_exchange, replication, stamping
-from tpu_estimator.collectives import HostCollectives
-from tpu_estimator.context import ShardingContext, TPUContext
-from tpu_estimator.embedding_bridge import EmbeddingBridge, TappedGradients
-from tpu_estimator.embedding_spec import EmbeddingConfigSpec
-from tpu_estimator.spec import call_user_model_fn, verify_spec_on_shards
+from tpu_estimator import _estimator_lib, _tf_internal
+from tpu_estimator.embedding_stage import embedding_exchange
+from tpu_estimator.embedding_stage.embedding_bridge import EmbeddingBridge, TappedGradients
+from tpu_estimator.hosts.collectives import HostCollectives
+from tpu_estimator.replicas import replication, stamping
+from tpu_estimator.specs.context import ShardingContext, TPUContext
+from tpu_estimator.specs.embedding_spec import EmbeddingConfigSpec
+from tpu_estimator.specs.spec import call_user_model_fn, verify_spec_on_shards
 
 ModeKeys = _estimator_lib.ModeKeys
 

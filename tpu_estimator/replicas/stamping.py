@@ -24,8 +24,9 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from tpu_estimator import _tf_internal, graph_walk, replication
-from tpu_estimator.replica_context import ReplicaContext, ReplicaCoordinator
+from tpu_estimator import _tf_internal, graph_walk
+from tpu_estimator.replicas import replication
+from tpu_estimator.replicas.replica_context import ReplicaContext, ReplicaCoordinator
 
 _ENTER_OPS = ("Enter", "RefEnter")
 # Replica r's seeded random ops draw with op seed `seed2 + r * _SEED_STRIDE` (mod 2**31 - 1).

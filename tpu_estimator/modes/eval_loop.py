@@ -27,14 +27,15 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, graph_walk, shared_stages
-from tpu_estimator import hooks as hooks_lib
-from tpu_estimator import host_calls as host_calls_lib
-from tpu_estimator.collectives import HostCollectives
-from tpu_estimator.context import ShardingContext
-from tpu_estimator.embedding_bridge import EmbeddingBridge
-from tpu_estimator.spec import call_scaffold_fn
-from tpu_estimator.step_feed import FeedSources, StepFeed
+from tpu_estimator import _estimator_lib, _tf_internal, graph_walk
+from tpu_estimator.embedding_stage.embedding_bridge import EmbeddingBridge
+from tpu_estimator.hosts.collectives import HostCollectives
+from tpu_estimator.modes import hooks as hooks_lib
+from tpu_estimator.modes import host_calls as host_calls_lib
+from tpu_estimator.modes import shared_stages
+from tpu_estimator.modes.step_feed import FeedSources, StepFeed
+from tpu_estimator.specs.context import ShardingContext
+from tpu_estimator.specs.spec import call_scaffold_fn
 
 ModeKeys = _estimator_lib.ModeKeys
 

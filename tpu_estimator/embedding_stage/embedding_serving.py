@@ -11,8 +11,9 @@ from typing import Any
 import tensorflow as tf
 
 import embedding.serving
-from tpu_estimator import _tf_internal, engine_inputs
-from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
+from tpu_estimator import _tf_internal
+from tpu_estimator.embedding_stage import engine_inputs
+from tpu_estimator.specs.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
 
 # Off the shards, model_fn's features come from input_fn (CPU path) or from the serving input receiver (export).
 _SOURCE = "the features (of input_fn, or of the serving input receiver when exporting)"

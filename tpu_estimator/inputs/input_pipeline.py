@@ -14,10 +14,11 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from embedding import engine
-from tpu_estimator import _estimator_lib, dataset_autotune, input_position
-from tpu_estimator.batch_size import check_divisible
-from tpu_estimator.context import ShardingContext, TPUContext
-from tpu_estimator.queued_structure import QueuedStructure
+from tpu_estimator import _estimator_lib
+from tpu_estimator.inputs import dataset_autotune, input_position
+from tpu_estimator.inputs.queued_structure import QueuedStructure
+from tpu_estimator.specs.batch_size import check_divisible
+from tpu_estimator.specs.context import ShardingContext, TPUContext
 from tpu_estimator.tpu_config import InputPipelineConfig
 
 ModeKeys = _estimator_lib.ModeKeys

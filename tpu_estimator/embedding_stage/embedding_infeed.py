@@ -19,9 +19,9 @@ from typing import Any, List, Optional, Tuple
 import tensorflow as tf
 
 from tpu_estimator import _tf_internal
-from tpu_estimator.embedding_bridge import EmbeddingBridge
-from tpu_estimator.input_pipeline import InputPipeline, TensorInfeedHook, drain
-from tpu_estimator.queued_structure import QueuedStructure
+from tpu_estimator.embedding_stage.embedding_bridge import EmbeddingBridge
+from tpu_estimator.inputs.input_pipeline import InputPipeline, TensorInfeedHook, drain
+from tpu_estimator.inputs.queued_structure import QueuedStructure
 
 # A step's structures per host: `[(host CPU device, structure of tensors and None leaves)]`.
 HostParts = List[Tuple[str, Any]]

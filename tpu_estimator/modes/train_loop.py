@@ -23,15 +23,17 @@ from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
-from tpu_estimator import _estimator_lib, _tf_internal, mirrored_variables, shared_stages
-from tpu_estimator import hooks as hooks_lib
-from tpu_estimator import host_calls as host_calls_lib
-from tpu_estimator.collectives import HostCollectives
-from tpu_estimator.context import ShardingContext
-from tpu_estimator.embedding_bridge import EmbeddingBridge
+from tpu_estimator import _estimator_lib, _tf_internal
+from tpu_estimator.embedding_stage.embedding_bridge import EmbeddingBridge
 from tpu_estimator.estimator_core import checkpoint_saver
-from tpu_estimator.spec import call_scaffold_fn
-from tpu_estimator.step_feed import FedStep, FeedSources, StepFeed
+from tpu_estimator.hosts import mirrored_variables
+from tpu_estimator.hosts.collectives import HostCollectives
+from tpu_estimator.modes import hooks as hooks_lib
+from tpu_estimator.modes import host_calls as host_calls_lib
+from tpu_estimator.modes import shared_stages
+from tpu_estimator.modes.step_feed import FedStep, FeedSources, StepFeed
+from tpu_estimator.specs.context import ShardingContext
+from tpu_estimator.specs.spec import call_scaffold_fn
 from tpu_estimator.tpu_config import IterationsPerLoopCounter
 
 ModeKeys = _estimator_lib.ModeKeys

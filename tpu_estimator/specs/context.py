@@ -3,8 +3,8 @@
 from typing import List, Optional, Tuple
 
 from tpu_estimator import _estimator_lib
-from tpu_estimator import devices as devices_lib
-from tpu_estimator.batch_size import check_divisible
+from tpu_estimator.hosts import shard_devices as devices_lib
+from tpu_estimator.specs.batch_size import check_divisible
 from tpu_estimator.tpu_config import InputPipelineConfig, input_pipeline_config_name
 
 ModeKeys = _estimator_lib.ModeKeys

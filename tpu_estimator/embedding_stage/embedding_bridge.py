@@ -22,9 +22,10 @@ import tensorflow as tf
 import embedding
 from embedding import checkpointing, graph_constants
 from embedding.shard_exchange import ShardExchange
-from tpu_estimator import _estimator_lib, _tf_internal, engine_inputs
-from tpu_estimator.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
-from tpu_estimator.input_pipeline import WholeHostBatch
+from tpu_estimator import _estimator_lib, _tf_internal
+from tpu_estimator.embedding_stage import engine_inputs
+from tpu_estimator.inputs.input_pipeline import WholeHostBatch
+from tpu_estimator.specs.embedding_spec import SEQUENCE_LENGTH_SUFFIX, EmbeddingConfigSpec, resolve_embedding_config
 
 ModeKeys = _estimator_lib.ModeKeys
 
