@@ -154,7 +154,7 @@ def test_github_anchor_matches_githubs_rule():
         "2026-11-26-e1a61c9-the-sessions-close-measured-apart"
     )
     assert github_anchor("Finite-checkpoint check, `tpu_estimator/checkpoints/finite_checkpoints.py`", seen) == (
-        "finite-checkpoint-check-tpu_estimatorfinite_checkpointspy"
+        "finite-checkpoint-check-tpu_estimatorcheckpointsfinite_checkpointspy"
     )
     assert github_anchor("Today's results", seen) == "todays-results"
     assert github_anchor("Today's results", seen) == "todays-results-1"
