@@ -21,30 +21,45 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXAMPLES = os.path.join(REPO, "examples", "tf2")
 TIMEOUT_SECS = 240
 NUM_VIDEOS, NUM_USERS, DIM = 32, 24, 4
+NUM_WORDS, NUM_ITEMS = 40, 16
 GLOBAL_BATCH = 16
 STEPS = 6
 
 
-def _data(path):
+def _mid_level_data():
     rng = np.random.RandomState(7)
     num_rows = 64
     liked = np.stack([rng.choice(NUM_VIDEOS, 3, replace=False) for _ in range(num_rows)])
     liked[rng.rand(num_rows, 3) < 0.4] = -1
-    data = {
+    return {
         "watched": rng.randint(0, NUM_VIDEOS, num_rows),
         "liked": liked,
         "user": rng.randint(0, NUM_USERS, num_rows),
         "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
     }
-    np.savez(path, **data)
-    return data
+
+
+def _v2_data():
+    rng = np.random.RandomState(8)
+    num_rows = 64
+    lengths = rng.randint(0, 4, num_rows)
+    return {
+        "query_values": rng.randint(0, NUM_WORDS, lengths.sum()),
+        "query_lengths": lengths,
+        "item": rng.randint(0, NUM_ITEMS, num_rows),
+        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
+    }
+
+
+DATA = {"mid_level": _mid_level_data, "v2": _v2_data}
 
 
 def _runs():
-    """name -> (program, launcher options)."""
+    """name -> (program, launcher options, data set)."""
     return {
-        "mid_level_2": ("tpu_embedding_mid_level.py", ["--num_shards=2"]),
-        "mid_level_1": ("tpu_embedding_mid_level.py", ["--num_shards=1"]),
+        "mid_level_2": ("tpu_embedding_mid_level.py", ["--num_shards=2"], "mid_level"),
+        "mid_level_1": ("tpu_embedding_mid_level.py", ["--num_shards=1"], "mid_level"),
+        "v2_2": ("tpu_embedding_v2_loop.py", ["--num_shards=2"], "v2"),
     }
 
 
@@ -52,19 +67,20 @@ def _runs():
 def runs(tmp_path_factory):
     """name -> (returncode, output, work dir, data); every program started at once."""
     root = str(tmp_path_factory.mktemp("tf2_programs"))
-    data_path = os.path.join(root, "data.npz")
-    data = _data(data_path)
+    data = {name: make() for name, make in DATA.items()}
+    for name, arrays in data.items():
+        np.savez(os.path.join(root, name + ".npz"), **arrays)
     env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TPU_ESTIMATOR_NUM_SHARDS")}
     env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     processes = {}
-    for name, (program, options) in _runs().items():
+    for name, (program, options, data_name) in _runs().items():
         work_dir = os.path.join(root, name)
         os.makedirs(work_dir)
         command = [sys.executable, "-m", "tpu_estimator.compat.launcher", *options, os.path.join(EXAMPLES, program)]
         command += [
             "--tpu=my-tpu",
-            "--data=" + data_path,
+            "--data=" + os.path.join(root, data_name + ".npz"),
             "--model_dir=" + os.path.join(work_dir, "model"),
             "--results=" + os.path.join(work_dir, "results.json"),
             "--steps=%d" % STEPS,
@@ -80,7 +96,7 @@ def runs(tmp_path_factory):
             process.kill()
             process.wait()
         log.seek(0)
-        done[name] = (process.returncode, log.read(), os.path.join(root, name), data)
+        done[name] = (process.returncode, log.read(), os.path.join(root, name), data[_runs()[name][2]])
         log.close()
     return done
 
@@ -166,6 +182,57 @@ def _mid_level_reference(data, initial, steps, table_lr=0.1, dense_lr=0.1):
     return final, np.array(losses), eval_loss
 
 
+def _v2_reference(data, initial, steps, table_lr=0.01, dense_lr=0.01):
+    """The TPUEmbeddingV2 loop on the global batch: lazy TPU Adam tables, Keras Adam dense layers (tanh)."""
+    f64 = {k: np.asarray(v, np.float64) for k, v in initial.items()}
+    tables = {}
+    for name in ("words", "items"):
+        tables[name] = optimizer_oracle.init_state("adam", f64["embedding/" + name])
+    dense = {"w%d" % i: f64["model/layer_with_weights-%d/kernel" % i] for i in (0, 1)}
+    dense.update({"b%d" % i: f64["model/layer_with_weights-%d/bias" % i] for i in (0, 1)})
+    moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in dense.items()}
+    starts = np.concatenate([[0], np.cumsum(data["query_lengths"])])
+    num_rows = len(data["clicked"])
+    losses = []
+    for s in range(steps):
+        rows = np.arange(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH) % num_rows
+        queries = [data["query_values"][starts[r] : starts[r + 1]] for r in rows]
+        items = data["item"][rows]
+        words_table, items_table = tables["words"]["params"], tables["items"]["params"]
+        q = np.stack([words_table[ids].sum(0) for ids in queries])
+        x = np.concatenate([q, items_table[items]], 1)
+        h = np.tanh(x @ dense["w0"] + dense["b0"])
+        z = (h @ dense["w1"] + dense["b1"])[:, 0]
+        y = data["clicked"][rows].astype(np.float64)
+        losses.append((np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))).sum() / GLOBAL_BATCH)
+        dz = (_sigmoid(z) - y)[:, None] / GLOBAL_BATCH
+        grads = {"w1": h.T @ dz, "b1": dz.sum(0)}
+        dh = (dz @ dense["w1"].T) * (1 - h**2)
+        grads.update({"w0": x.T @ dh, "b0": dh.sum(0)})
+        dx = dh @ dense["w0"].T
+        word_ids = np.concatenate(queries)
+        word_grads = np.concatenate([np.repeat(dx[i : i + 1, :DIM], len(ids), 0) for i, ids in enumerate(queries)])
+        tables["words"] = optimizer_oracle.lazy_table_step("adam", tables["words"], word_ids, word_grads, table_lr)
+        tables["items"] = optimizer_oracle.lazy_table_step("adam", tables["items"], items, dx[:, DIM:], table_lr)
+        t = s + 1
+        alpha = dense_lr * np.sqrt(1 - 0.999**t) / (1 - 0.9**t)
+        for k, g in grads.items():
+            m, v = moments[k]
+            m = m + (g - m) * (1 - 0.9)
+            v = v + (g**2 - v) * (1 - 0.999)
+            moments[k] = (m, v)
+            dense[k] = dense[k] - alpha * m / (np.sqrt(v) + 1e-7)
+    final = {}
+    for name, state in tables.items():
+        final["embedding/" + name] = state["params"]
+        final["embedding/%s.Smomenta" % name] = state["momenta"]
+        final["embedding/%s.Svelocities" % name] = state["velocities"]
+    for i in (0, 1):
+        final["model/layer_with_weights-%d/kernel" % i] = dense["w%d" % i]
+        final["model/layer_with_weights-%d/bias" % i] = dense["b%d" % i]
+    return final, np.array(losses)
+
+
 # ------------------------------------------------------------------------------------------------------- tests
 def test_mid_level_program_trains_to_the_reference_on_two_shards(runs):
     results, work_dir, data, output = _succeeded(runs, "mid_level_2")
@@ -199,3 +266,14 @@ def test_mid_level_program_on_one_shard_gives_the_same_numbers(runs):
     np.testing.assert_allclose(results_1["losses"], losses_1, atol=1e-5, rtol=0)
     assert set(final_1) == set(final_2)
     assert set(initial_1) == set(initial_2)
+
+
+def test_v2_loop_trains_to_the_reference_on_two_shards(runs):
+    results, work_dir, data, output = _succeeded(runs, "v2_2")
+    assert results["num_replicas"] == 2
+    initial, final = _checkpoint(work_dir, 0), _checkpoint(work_dir, STEPS)
+    expected, losses = _v2_reference(data, initial, STEPS)
+    for name, value in expected.items():
+        np.testing.assert_allclose(final[name], value, atol=1e-5, rtol=0, err_msg=name)
+        assert not np.allclose(final[name], initial[name]), name
+    np.testing.assert_allclose(results["losses"], losses, atol=1e-5, rtol=0)
