@@ -19,6 +19,7 @@ from tests.oracles import optimizers as optimizer_oracle
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(REPO, "examples", "tf2")
+PROGRAMS = os.path.join(REPO, "tests", "programs")
 TIMEOUT_SECS = 240
 NUM_VIDEOS, NUM_USERS, DIM = 32, 24, 4
 NUM_WORDS, NUM_ITEMS = 40, 16
@@ -60,6 +61,8 @@ def _runs():
         "mid_level_2": ("tpu_embedding_mid_level.py", ["--num_shards=2"], "mid_level"),
         "mid_level_1": ("tpu_embedding_mid_level.py", ["--num_shards=1"], "mid_level"),
         "v2_2": ("tpu_embedding_v2_loop.py", ["--num_shards=2"], "v2"),
+        "model_parallel": (os.path.join(PROGRAMS, "tf2_model_parallel.py"), ["--num_shards=2"], None),
+        "spatial_split": (os.path.join(PROGRAMS, "tf2_model_parallel.py"), ["--num_shards=2"], None),
     }
 
 
@@ -78,14 +81,17 @@ def runs(tmp_path_factory):
         work_dir = os.path.join(root, name)
         os.makedirs(work_dir)
         command = [sys.executable, "-m", "tpu_estimator.compat.launcher", *options, os.path.join(EXAMPLES, program)]
-        command += [
-            "--tpu=my-tpu",
-            "--data=" + os.path.join(root, data_name + ".npz"),
-            "--model_dir=" + os.path.join(work_dir, "model"),
-            "--results=" + os.path.join(work_dir, "results.json"),
-            "--steps=%d" % STEPS,
-            "--global_batch_size=%d" % GLOBAL_BATCH,
-        ]
+        if data_name is None:  # The error programs.
+            command[-1:] = [program] + (["--split"] if name == "spatial_split" else [])
+        else:
+            command += [
+                "--tpu=my-tpu",
+                "--data=" + os.path.join(root, data_name + ".npz"),
+                "--model_dir=" + os.path.join(work_dir, "model"),
+                "--results=" + os.path.join(work_dir, "results.json"),
+                "--steps=%d" % STEPS,
+                "--global_batch_size=%d" % GLOBAL_BATCH,
+            ]
         log = open(os.path.join(work_dir, "log.txt"), "w+")
         processes[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work_dir), log)
     done = {}
@@ -96,7 +102,7 @@ def runs(tmp_path_factory):
             process.kill()
             process.wait()
         log.seek(0)
-        done[name] = (process.returncode, log.read(), os.path.join(root, name), data[_runs()[name][2]])
+        done[name] = (process.returncode, log.read(), os.path.join(root, name), data.get(_runs()[name][2]))
         log.close()
     return done
 
@@ -277,3 +283,28 @@ def test_v2_loop_trains_to_the_reference_on_two_shards(runs):
         np.testing.assert_allclose(final[name], value, atol=1e-5, rtol=0, err_msg=name)
         assert not np.allclose(final[name], initial[name]), name
     np.testing.assert_allclose(results["losses"], losses, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "name, error",
+    [
+        (
+            "model_parallel",
+            "UnsupportedOffTPUError: TPUStrategy(experimental_device_assignment=...) with 2 cores per replica is model "
+            "parallelism, which needs a TPU",
+        ),
+        (
+            "spatial_split",
+            "UnsupportedOffTPUError: TPUStrategy.experimental_split_to_logical_devices(tensor, [1, 2, 1, 1]) splits "
+            "a tensor over the logical devices of a replica (model parallelism), which needs a TPU",
+        ),
+    ],
+)
+def test_tpu_only_calls_end_in_one_line_through_the_launcher(runs, name, error):
+    returncode, output, _, _ = runs[name]
+    assert returncode == 1, output[-4000:]
+    assert "Traceback" not in output and "AssertionError" not in output, output[-4000:]
+    lines = output.strip().splitlines()
+    assert lines[-2].startswith("tpu-estimator-run: configuration error raised by tpu_estimator, called from ")
+    assert "tf2_model_parallel.py:" in lines[-2], lines[-2]
+    assert lines[-1].startswith(error), lines[-1]

@@ -41,6 +41,10 @@ __all__ = [
     "tpu_only",
 ]
 
+# Python checks only: AutoGraph would convert them when a converted step calls them (and its frames would then
+# stand for ours in an error's traceback).
+_do_not_convert = tf.autograph.experimental.do_not_convert
+
 # TensorFlow's own function, for resolvers that are not ours (captured before `install()` replaces the name).
 _TF_CONNECT_TO_CLUSTER = tf.config.experimental_connect_to_cluster
 
@@ -123,9 +127,17 @@ def ensure_shard_devices(num_shards: int) -> list:
 
 
 def shard_topology(num_shards: int) -> tf.tpu.experimental.Topology:
-    """A `Topology` of one task with one core per shard (mesh `[num_shards, 1, 1, 1]`)."""
-    coordinates = np.array([[[i, 0, 0, 0] for i in range(num_shards)]], dtype=np.int32)
-    return tf.tpu.experimental.Topology(mesh_shape=[num_shards, 1, 1, 1], device_coordinates=coordinates)
+    """A `Topology` of one task whose cores are the shards: chips of 2 cores (mesh `[num_shards / 2, 1, 1, 2]`, as
+    TPU v2/v3 chips) for an even shard count, else one core per chip (`[num_shards, 1, 1, 1]`).
+
+    So `DeviceAssignment.build(topology, num_replicas=num_shards)` is one core per replica, and a program's
+    `computation_shape=[1, 1, 1, 2]` (two cores of a chip per replica) builds and is then refused by the strategy
+    as model parallelism.
+    """
+    cores = 2 if num_shards % 2 == 0 else 1
+    chips = num_shards // cores
+    coordinates = np.array([[[chip, 0, 0, core] for chip in range(chips) for core in range(cores)]], dtype=np.int32)
+    return tf.tpu.experimental.Topology(mesh_shape=[chips, 1, 1, cores], device_coordinates=coordinates)
 
 
 def initialize_tpu_system(cluster_resolver: Any = None) -> tf.tpu.experimental.Topology:
@@ -135,7 +147,7 @@ def initialize_tpu_system(cluster_resolver: Any = None) -> tf.tpu.experimental.T
       cluster_resolver: our `TPUClusterResolver`, or None.
 
     Returns:
-      A `tf.tpu.experimental.Topology` with one task and one core per shard.
+      A `tf.tpu.experimental.Topology` with one task and one core per shard (`shard_topology`).
 
     Raises:
       TypeError / UnsupportedOffTPUError: see `MirroredTPUStrategy`.
@@ -276,6 +288,7 @@ class MirroredTPUStrategy(tf.distribute.MirroredStrategy):
 
     # TPU-only model parallelism: identities where TensorFlow's own TPUStrategy accepts the call with one logical
     # device per replica (what every replica is here), a one-line error otherwise.
+    @_do_not_convert
     def experimental_assign_to_logical_device(self, tensor: Any, logical_device_id: int) -> Any:
         """`tensor` itself for logical device 0 (each replica is one device); other devices raise.
 
@@ -290,6 +303,7 @@ class MirroredTPUStrategy(tf.distribute.MirroredStrategy):
             )
         return tensor
 
+    @_do_not_convert
     def experimental_split_to_logical_devices(self, tensor: Any, partition_dimensions: Any) -> Any:
         """`tensor` itself when every partition dimension is 1; splitting raises.
 
@@ -305,6 +319,7 @@ class MirroredTPUStrategy(tf.distribute.MirroredStrategy):
             )
         return tensor
 
+    @_do_not_convert
     def experimental_replicate_to_logical_devices(self, tensor: Any) -> Any:
         """`tensor` itself: each replica has one logical device."""
         return tensor
