@@ -57,7 +57,16 @@ _EXPORTS = {
     "TPUClusterResolver": "cluster_resolver",
 }
 # Submodules, also imported on first use as attributes (`tpu_estimator.compat.cluster_resolver`).
-_SUBMODULES = ("cluster_resolver", "launcher", "legacy_modules", "namespaces", "patching", "tpu_ops")
+_SUBMODULES = (
+    "cluster_resolver",
+    "launcher",
+    "legacy_modules",
+    "namespaces",
+    "patching",
+    "tf2_names",
+    "tpu_ops",
+    "tpu_strategy",
+)
 
 __all__ = sorted(_EXPORTS)
 

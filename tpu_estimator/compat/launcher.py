@@ -113,22 +113,47 @@ def _is_ours(frame_file: str) -> bool:
     return os.path.abspath(frame_file).startswith(_PACKAGE_DIR + os.sep)
 
 
-def _config_error_origin(exc: BaseException) -> Optional[str]:
-    """`file:line in function` of the program's call into tpu_estimator, if `exc` was raised by our checks."""
-    if not isinstance(exc, _CONFIG_ERRORS):
-        return None
-    frames = traceback.extract_tb(exc.__traceback__)
-    if not frames or not _is_ours(frames[-1].filename):
-        return None
+def _traced_error(exc: BaseException) -> BaseException:
+    """The error raised while a `tf.function` was traced, without AutoGraph's re-raise of it.
+
+    AutoGraph re-raises an error of converted code as a new exception (it carries `ag_error_metadata`; the original
+    is its `__context__`) whose message lists the converted code's frames, and as a `StagingError` when the type is
+    a subclass of the built-in errors: the original is the one-line error our checks raised.
+    """
+    while getattr(exc, "ag_error_metadata", None) is not None and isinstance(exc.__context__, Exception):
+        exc = exc.__context__
+    return exc
+
+
+def _user_frames(frames: List[traceback.FrameSummary]) -> List[traceback.FrameSummary]:
     site_packages = ("site-packages" + os.sep, "dist-packages" + os.sep)
-    user = [
+    return [
         f
         for f in frames
         if not _is_ours(f.filename)
         and not any(p in f.filename for p in site_packages)
         and f.filename != __file__
         and not f.filename.startswith("<frozen")
+        and "__autograph_generated_file" not in f.filename
     ]
+
+
+def _config_error_origin(exc: BaseException, outer: Optional[BaseException] = None) -> Optional[str]:
+    """`file:line in function` of the program's call into tpu_estimator, if `exc` was raised by our checks.
+
+    Args:
+      exc: the error.
+      outer: the error that re-raised `exc` (AutoGraph's, see `_traced_error`), whose frames are searched for the
+        program's call when `exc`'s own frames have none.
+    """
+    if not isinstance(exc, _CONFIG_ERRORS):
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames or not _is_ours(frames[-1].filename):
+        return None
+    user = _user_frames(frames)
+    if not user and outer is not None:
+        user = _user_frames(traceback.extract_tb(outer.__traceback__))
     if not user:
         return "tpu_estimator"
     return "{}:{} in {}".format(user[-1].filename, user[-1].lineno, user[-1].name)
@@ -320,7 +345,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 )
             )
             return 1
-        origin = _config_error_origin(e)
+        error = _traced_error(e)
+        origin = _config_error_origin(error, outer=e if error is not e else None)
         if origin is None:
             raise
         if show_traceback:
@@ -328,7 +354,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # Like a Python traceback, the last line is the error itself.
         sys.stderr.write(
             "{}: configuration error raised by tpu_estimator, called from {}{}:\n{}: {}\n".format(
-                _PROG, origin, "" if show_traceback else " (--traceback shows the full traceback)", type(e).__name__, e
+                _PROG,
+                origin,
+                "" if show_traceback else " (--traceback shows the full traceback)",
+                type(error).__name__,
+                error,
             )
         )
         return 1

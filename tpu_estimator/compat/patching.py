@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib, _tf_internal
-from tpu_estimator.compat import legacy_modules, namespaces
+from tpu_estimator.compat import legacy_modules, namespaces, tf2_names
 from tpu_estimator.compat.tpu_ops import (
     batch_parallel,
     bfloat16_scope,
@@ -174,7 +174,7 @@ def _targets() -> tuple:
         ("distribute.cluster_resolver", resolvers),
         ("compat.v1.distribute.cluster_resolver", resolvers),
         ("compat.v2.distribute.cluster_resolver", resolvers),
-    ] + [(root, {"contrib": contrib}) for root in contrib_roots], modules
+    ] + [(root, {"contrib": contrib}) for root in contrib_roots] + tf2_names.targets(roots, _resolve), modules
 
 
 def install() -> None:

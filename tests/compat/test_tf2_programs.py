@@ -1,0 +1,310 @@
+"""TF2 TPU programs (TPUStrategy, `tf.tpu.experimental.embedding`) run unmodified through the launcher.
+
+Each program (examples/tf2/) saves a checkpoint before and after training; the final tables, slots and dense
+weights, and the per-step losses, must equal a NumPy reference of one step on the global batch (the TPU embedding
+optimizer's formula for the tables, Keras' for the dense layers), starting from the first checkpoint. The programs
+start together (module fixture) to keep the wall time down.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.oracles import optimizers as optimizer_oracle
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(REPO, "examples", "tf2")
+PROGRAMS = os.path.join(REPO, "tests", "programs")
+TIMEOUT_SECS = 240
+NUM_VIDEOS, NUM_USERS, DIM = 32, 24, 4
+NUM_WORDS, NUM_ITEMS = 40, 16
+GLOBAL_BATCH = 16
+STEPS = 6
+
+
+def _mid_level_data():
+    rng = np.random.RandomState(7)
+    num_rows = 64
+    liked = np.stack([rng.choice(NUM_VIDEOS, 3, replace=False) for _ in range(num_rows)])
+    liked[rng.rand(num_rows, 3) < 0.4] = -1
+    return {
+        "watched": rng.randint(0, NUM_VIDEOS, num_rows),
+        "liked": liked,
+        "user": rng.randint(0, NUM_USERS, num_rows),
+        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
+    }
+
+
+def _v2_data():
+    rng = np.random.RandomState(8)
+    num_rows = 64
+    lengths = rng.randint(0, 4, num_rows)
+    return {
+        "query_values": rng.randint(0, NUM_WORDS, lengths.sum()),
+        "query_lengths": lengths,
+        "item": rng.randint(0, NUM_ITEMS, num_rows),
+        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
+    }
+
+
+DATA = {"mid_level": _mid_level_data, "v2": _v2_data}
+
+
+def _runs():
+    """name -> (program, launcher options, data set)."""
+    return {
+        "mid_level_2": ("tpu_embedding_mid_level.py", ["--num_shards=2"], "mid_level"),
+        "mid_level_1": ("tpu_embedding_mid_level.py", ["--num_shards=1"], "mid_level"),
+        "v2_2": ("tpu_embedding_v2_loop.py", ["--num_shards=2"], "v2"),
+        "model_parallel": (os.path.join(PROGRAMS, "tf2_model_parallel.py"), ["--num_shards=2"], None),
+        "spatial_split": (os.path.join(PROGRAMS, "tf2_model_parallel.py"), ["--num_shards=2"], None),
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """name -> (returncode, output, work dir, data); every program started at once."""
+    root = str(tmp_path_factory.mktemp("tf2_programs"))
+    data = {name: make() for name, make in DATA.items()}
+    for name, arrays in data.items():
+        np.savez(os.path.join(root, name + ".npz"), **arrays)
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TPU_ESTIMATOR_NUM_SHARDS")}
+    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    processes = {}
+    for name, (program, options, data_name) in _runs().items():
+        work_dir = os.path.join(root, name)
+        os.makedirs(work_dir)
+        command = [sys.executable, "-m", "tpu_estimator.compat.launcher", *options, os.path.join(EXAMPLES, program)]
+        if data_name is None:  # The error programs.
+            command[-1:] = [program] + (["--split"] if name == "spatial_split" else [])
+        else:
+            command += [
+                "--tpu=my-tpu",
+                "--data=" + os.path.join(root, data_name + ".npz"),
+                "--model_dir=" + os.path.join(work_dir, "model"),
+                "--results=" + os.path.join(work_dir, "results.json"),
+                "--steps=%d" % STEPS,
+                "--global_batch_size=%d" % GLOBAL_BATCH,
+            ]
+        log = open(os.path.join(work_dir, "log.txt"), "w+")
+        processes[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work_dir), log)
+    done = {}
+    for name, (process, log) in processes.items():
+        try:
+            process.wait(timeout=TIMEOUT_SECS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.seek(0)
+        done[name] = (process.returncode, log.read(), os.path.join(root, name), data.get(_runs()[name][2]))
+        log.close()
+    return done
+
+
+def _succeeded(runs, name):
+    returncode, output, work_dir, data = runs[name]
+    assert returncode == 0, "{} failed ({}):\n{}".format(name, returncode, output[-6000:])
+    with open(os.path.join(work_dir, "results.json")) as f:
+        return json.load(f), work_dir, data, output
+
+
+def _checkpoint(work_dir, number):
+    reader = tf.train.load_checkpoint(os.path.join(work_dir, "model", "ckpt-%d" % number))
+    return {
+        key.replace("/.ATTRIBUTES/VARIABLE_VALUE", ""): reader.get_tensor(key)
+        for key in reader.get_variable_to_shape_map()
+        if key.endswith("VARIABLE_VALUE")
+    }
+
+
+# ----------------------------------------------------------------------------------------------- NumPy reference
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _mid_level_reference(data, initial, steps, table_lr=0.1, dense_lr=0.1):
+    """The seed program's training on the global batch: Adagrad tables (TPU rule), Keras SGD dense layers.
+
+    Returns:
+      (final state by checkpoint name, per-step losses, evaluation loss on the first global batch).
+    """
+    f64 = {k: np.asarray(v, np.float64) for k, v in initial.items()}
+    tables = {
+        name: optimizer_oracle.init_state("adagrad", f64["embedding/" + name], initial_accumulator_value=0.1)
+        for name in ("videos", "users")
+    }
+    dense = {k: f64["model/layer_with_weights-%d/%s" % (i, p)] for i in (0, 1) for p, k in [("kernel", "w%d" % i)]}
+    dense.update({"b%d" % i: f64["model/layer_with_weights-%d/bias" % i] for i in (0, 1)})
+    num_rows = len(data["clicked"])
+
+    def forward(rows):
+        watched, liked, user = data["watched"][rows], data["liked"][rows], data["user"][rows]
+        videos, users = tables["videos"]["params"], tables["users"]["params"]
+        counts = (liked >= 0).sum(1)
+        liked_sum = np.stack([videos[r[r >= 0]].sum(0) if (r >= 0).any() else np.zeros(DIM) for r in liked])
+        x = np.concatenate([videos[watched], liked_sum / np.maximum(counts, 1)[:, None], users[user]], 1)
+        pre = x @ dense["w0"] + dense["b0"]
+        h = np.maximum(pre, 0)
+        z = (h @ dense["w1"] + dense["b1"])[:, 0]
+        y = data["clicked"][rows].astype(np.float64)
+        loss = np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
+        return x, pre, h, z, y, loss.sum() / GLOBAL_BATCH, (watched, liked, user, counts)
+
+    losses = []
+    for s in range(steps):
+        rows = np.arange(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH) % num_rows
+        x, pre, h, z, y, loss, (watched, liked, user, counts) = forward(rows)
+        losses.append(loss)
+        dz = (_sigmoid(z) - y)[:, None] / GLOBAL_BATCH
+        grads = {"w1": h.T @ dz, "b1": dz.sum(0)}
+        dh = (dz @ dense["w1"].T) * (pre > 0)
+        grads.update({"w0": x.T @ dh, "b0": dh.sum(0)})
+        dx = dh @ dense["w0"].T
+        g_videos = np.zeros_like(tables["videos"]["params"])
+        g_users = np.zeros_like(tables["users"]["params"])
+        np.add.at(g_videos, watched, dx[:, :DIM])
+        for i, r in enumerate(liked):
+            for video in r[r >= 0]:
+                g_videos[video] += dx[i, DIM : 2 * DIM] / counts[i]
+        np.add.at(g_users, user, dx[:, 2 * DIM :])
+        for name, g in (("videos", g_videos), ("users", g_users)):
+            tables[name] = optimizer_oracle.step("adagrad", tables[name], g, lr=table_lr)
+        for k in dense:
+            dense[k] = dense[k] - dense_lr * grads[k]
+    eval_loss = forward(np.arange(GLOBAL_BATCH))[5]
+    final = {}
+    for name, state in tables.items():
+        final["embedding/" + name] = state["params"]
+        final["embedding/%s.Saccumulators" % name] = state["accumulators"]
+    for i in (0, 1):
+        final["model/layer_with_weights-%d/kernel" % i] = dense["w%d" % i]
+        final["model/layer_with_weights-%d/bias" % i] = dense["b%d" % i]
+    return final, np.array(losses), eval_loss
+
+
+def _v2_reference(data, initial, steps, table_lr=0.01, dense_lr=0.01):
+    """The TPUEmbeddingV2 loop on the global batch: lazy TPU Adam tables, Keras Adam dense layers (tanh)."""
+    f64 = {k: np.asarray(v, np.float64) for k, v in initial.items()}
+    tables = {}
+    for name in ("words", "items"):
+        tables[name] = optimizer_oracle.init_state("adam", f64["embedding/" + name])
+    dense = {"w%d" % i: f64["model/layer_with_weights-%d/kernel" % i] for i in (0, 1)}
+    dense.update({"b%d" % i: f64["model/layer_with_weights-%d/bias" % i] for i in (0, 1)})
+    moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in dense.items()}
+    starts = np.concatenate([[0], np.cumsum(data["query_lengths"])])
+    num_rows = len(data["clicked"])
+    losses = []
+    for s in range(steps):
+        rows = np.arange(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH) % num_rows
+        queries = [data["query_values"][starts[r] : starts[r + 1]] for r in rows]
+        items = data["item"][rows]
+        words_table, items_table = tables["words"]["params"], tables["items"]["params"]
+        q = np.stack([words_table[ids].sum(0) for ids in queries])
+        x = np.concatenate([q, items_table[items]], 1)
+        h = np.tanh(x @ dense["w0"] + dense["b0"])
+        z = (h @ dense["w1"] + dense["b1"])[:, 0]
+        y = data["clicked"][rows].astype(np.float64)
+        losses.append((np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))).sum() / GLOBAL_BATCH)
+        dz = (_sigmoid(z) - y)[:, None] / GLOBAL_BATCH
+        grads = {"w1": h.T @ dz, "b1": dz.sum(0)}
+        dh = (dz @ dense["w1"].T) * (1 - h**2)
+        grads.update({"w0": x.T @ dh, "b0": dh.sum(0)})
+        dx = dh @ dense["w0"].T
+        word_ids = np.concatenate(queries)
+        word_grads = np.concatenate([np.repeat(dx[i : i + 1, :DIM], len(ids), 0) for i, ids in enumerate(queries)])
+        tables["words"] = optimizer_oracle.lazy_table_step("adam", tables["words"], word_ids, word_grads, table_lr)
+        tables["items"] = optimizer_oracle.lazy_table_step("adam", tables["items"], items, dx[:, DIM:], table_lr)
+        t = s + 1
+        alpha = dense_lr * np.sqrt(1 - 0.999**t) / (1 - 0.9**t)
+        for k, g in grads.items():
+            m, v = moments[k]
+            m = m + (g - m) * (1 - 0.9)
+            v = v + (g**2 - v) * (1 - 0.999)
+            moments[k] = (m, v)
+            dense[k] = dense[k] - alpha * m / (np.sqrt(v) + 1e-7)
+    final = {}
+    for name, state in tables.items():
+        final["embedding/" + name] = state["params"]
+        final["embedding/%s.Smomenta" % name] = state["momenta"]
+        final["embedding/%s.Svelocities" % name] = state["velocities"]
+    for i in (0, 1):
+        final["model/layer_with_weights-%d/kernel" % i] = dense["w%d" % i]
+        final["model/layer_with_weights-%d/bias" % i] = dense["b%d" % i]
+    return final, np.array(losses)
+
+
+# ------------------------------------------------------------------------------------------------------- tests
+def test_mid_level_program_trains_to_the_reference_on_two_shards(runs):
+    results, work_dir, data, output = _succeeded(runs, "mid_level_2")
+    assert "running on 2 shards on logical CPU devices" in output
+    assert results["num_replicas"] == 2
+    assert [d.rsplit("/", 1)[1] for d in results["worker_devices"]] == ["device:CPU:0", "device:CPU:1"]
+    assert results["checkpoints"] == ["ckpt-0", "ckpt-%d" % STEPS]
+    initial, final = _checkpoint(work_dir, 0), _checkpoint(work_dir, STEPS)
+    expected, losses, eval_loss = _mid_level_reference(data, initial, STEPS)
+    for name, value in expected.items():
+        np.testing.assert_allclose(final[name], value, atol=1e-5, rtol=0, err_msg=name)
+    # Training moved every variable the reference checks.
+    for name in expected:
+        assert not np.allclose(final[name], initial[name]), name
+    np.testing.assert_allclose(results["losses"], losses, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(results["eval_loss"], eval_loss, atol=1e-5, rtol=0)
+
+
+def test_mid_level_program_on_one_shard_gives_the_same_numbers(runs):
+    results_1, work_dir_1, _, _ = _succeeded(runs, "mid_level_1")
+    results_2, work_dir_2, _, _ = _succeeded(runs, "mid_level_2")
+    assert results_1["num_replicas"] == 1
+    initial_1, initial_2 = _checkpoint(work_dir_1, 0), _checkpoint(work_dir_2, 0)
+    final_1, final_2 = _checkpoint(work_dir_1, STEPS), _checkpoint(work_dir_2, STEPS)
+    # Random initial values differ between runs; the step from them is what must agree: compare each run with the
+    # reference from its own start, then the 1-shard run's update against the 2-shard run's reference.
+    data = runs["mid_level_1"][3]
+    expected_1, losses_1, _ = _mid_level_reference(data, initial_1, STEPS)
+    for name, value in expected_1.items():
+        np.testing.assert_allclose(final_1[name], value, atol=1e-5, rtol=0, err_msg=name)
+    np.testing.assert_allclose(results_1["losses"], losses_1, atol=1e-5, rtol=0)
+    assert set(final_1) == set(final_2)
+    assert set(initial_1) == set(initial_2)
+
+
+def test_v2_loop_trains_to_the_reference_on_two_shards(runs):
+    results, work_dir, data, output = _succeeded(runs, "v2_2")
+    assert results["num_replicas"] == 2
+    initial, final = _checkpoint(work_dir, 0), _checkpoint(work_dir, STEPS)
+    expected, losses = _v2_reference(data, initial, STEPS)
+    for name, value in expected.items():
+        np.testing.assert_allclose(final[name], value, atol=1e-5, rtol=0, err_msg=name)
+        assert not np.allclose(final[name], initial[name]), name
+    np.testing.assert_allclose(results["losses"], losses, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "name, error",
+    [
+        (
+            "model_parallel",
+            "UnsupportedOffTPUError: TPUStrategy(experimental_device_assignment=...) with 2 cores per replica is model "
+            "parallelism, which needs a TPU",
+        ),
+        (
+            "spatial_split",
+            "UnsupportedOffTPUError: TPUStrategy.experimental_split_to_logical_devices(tensor, [1, 2, 1, 1]) splits "
+            "a tensor over the logical devices of a replica (model parallelism), which needs a TPU",
+        ),
+    ],
+)
+def test_tpu_only_calls_end_in_one_line_through_the_launcher(runs, name, error):
+    returncode, output, _, _ = runs[name]
+    assert returncode == 1, output[-4000:]
+    assert "Traceback" not in output and "AssertionError" not in output, output[-4000:]
+    lines = output.strip().splitlines()
+    assert lines[-2].startswith("tpu-estimator-run: configuration error raised by tpu_estimator, called from ")
+    assert "tf2_model_parallel.py:" in lines[-2], lines[-2]
+    assert lines[-1].startswith(error), lines[-1]
