@@ -6,7 +6,12 @@ import ast
 import pathlib
 from typing import Iterator, List, Set
 
+import pytest
+
 from tests.helpers.modules import cycles, import_graph, imported_names, product_modules, relative
+
+# In make check's quick sample (static checks of the whole tree, seconds).
+pytestmark = pytest.mark.quick
 
 # Each package's one module of TensorFlow internals.
 WRAPPERS = {
