@@ -15,6 +15,7 @@ from tpu_estimator import (
     collectives,
     cpu_path,
     data_errors,
+    host_report,
     host_train_and_evaluate,
     predict_step,
     shared_stages,
@@ -277,6 +278,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             train_guard.guard_training(self, steps, max_steps, saving_listeners) as guarded,
         ):
             if guarded.already_done:
+                host_report.record_trained_step(self._model_dir)
                 return self
             cluster = self._config.tpu_cluster
             if cluster is not None and cluster.is_chief:
@@ -299,6 +301,7 @@ class TPUEstimator(_estimator_lib.Estimator):
                     self._config.session_config,
                 )
             guarded.check_trained(steps, max_steps)
+            host_report.record_trained_step(self._model_dir)  # for tpu-estimator-hosts' last lines
             return self
 
     @property

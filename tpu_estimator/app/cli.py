@@ -2,25 +2,7 @@
 
 Usage:
   tpu-estimator SUBCOMMAND [--config=NAME|PATH] [--set=key.path=value ...] [--model_dir=DIR] [flags]
-
-Subcommands:
-  train               train up to train.steps (a global step: rerunning with a larger value resumes)
-  evaluate            evaluate the latest checkpoint on the evaluation data
-  train_and_evaluate  train, evaluating every train.eval_every_steps steps and at the end
-  export              write a SavedModel (default base: export.dir or MODEL_DIR/export)
-  predict             predict rows (--input files, else the evaluation data) from --export_dir (a SavedModel)
-                      or from the checkpoint in the model directory; writes --output (.csv or .jsonl)
-  benchmark           train --benchmark_steps steps in a fresh directory and print examples/sec
-  data                write --rows synthetic Criteo-like rows to --output (.tsv or .tfrecord), or convert
-                      --input TSV files to --output (.tfrecord)
-
-Examples:
-  tpu-estimator train --config=dlrm_tiny --model_dir=/tmp/dlrm --set=train.steps=200
-  tpu-estimator evaluate --model_dir=/tmp/dlrm            (the config saved in the model directory)
-  tpu-estimator export --model_dir=/tmp/dlrm
-  tpu-estimator predict --export_dir=/tmp/dlrm/export/1700000000 --input=data/day_0.tsv --output=/tmp/p.csv
-  tpu-estimator data --rows=100000 --output=data/day_0.tsv --held_out_rows=10000 --seed=1
-  tpu-estimator data --input='data/day_*.tsv' --output=data/criteo.tfrecord
+  tpu-estimator SUBCOMMAND --help      the flags SUBCOMMAND reads, with an example
 
 Flags (all: --helpfull):
   --config=NAME|PATH   the YAML config: a file, or a built-in config by name (dlrm_tiny, dlrm_demo,
@@ -37,6 +19,24 @@ Flags (all: --helpfull):
   --progress_secs=S, --progress_steps=N   how often progress lines are printed
   --verbose            TensorFlow's INFO logs too;  --traceback  the full traceback of an error
   --version            print the version
+
+Subcommands, each with an example:
+  train               train up to train.steps (a global step: rerunning with a larger value resumes)
+                        tpu-estimator train --config=dlrm_tiny --model_dir=/tmp/dlrm --set=train.steps=200
+  evaluate            evaluate the latest checkpoint on the evaluation data
+                        tpu-estimator evaluate --model_dir=/tmp/dlrm      (the config saved in the model directory)
+  train_and_evaluate  train, evaluating every train.eval_every_steps steps and at the end
+                        tpu-estimator train_and_evaluate --config=wide_deep_tiny --model_dir=/tmp/wd
+  export              write a SavedModel (default base: export.dir or MODEL_DIR/export)
+                        tpu-estimator export --model_dir=/tmp/dlrm
+  predict             predict rows (--input files, else the evaluation data) from --export_dir (a SavedModel)
+                      or from the checkpoint in the model directory; writes --output (.csv or .jsonl)
+                        tpu-estimator predict --export_dir=/tmp/dlrm/export/1700000000 --input=day_0.tsv --output=p.csv
+  benchmark           train --benchmark_steps steps in a fresh directory and print examples/sec
+                        tpu-estimator benchmark --config=dlrm_tiny --benchmark_steps=50
+  data                write --rows synthetic Criteo-like rows to --output (.tsv or .tfrecord), or convert
+                      --input TSV files to --output (.tfrecord)
+                        tpu-estimator data --rows=100000 --output=data/day_0.tsv --held_out_rows=10000 --seed=1
 
 Final metrics are printed and written to MODEL_DIR/metrics_SUBCOMMAND.json; TensorBoard events go to the model
 directory. Evaluation metrics: `log_loss` is the binary cross-entropy over all evaluated rows (every shard's);
@@ -352,7 +352,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     define_flags()
     args = list(sys.argv if argv is None else argv)
     if any(a in ("--help", "-h", "-?", "--helpshort", "--helpfull") for a in args[1:]):
-        print(__doc__)
+        subcommands = [a for a in args[1:] if a in SUBCOMMANDS]
+        if subcommands:
+            from tpu_estimator.app import cli_help
+
+            print(cli_help.subcommand_help(subcommands[0], __doc__, FLAGS), end="")
+        else:
+            print(__doc__)
         if "--helpfull" in args[1:]:
             print(flags_help())
         sys.exit(0)
