@@ -20,7 +20,7 @@ Flags (all: --helpfull):
   --verbose            TensorFlow's INFO logs too;  --traceback  the full traceback of an error
   --version            print the version
 
-Subcommands, each with an example:
+Subcommands:
   train               train up to train.steps (a global step: rerunning with a larger value resumes)
                         tpu-estimator train --config=dlrm_tiny --model_dir=/tmp/dlrm --set=train.steps=200
   evaluate            evaluate the latest checkpoint on the evaluation data
@@ -47,6 +47,7 @@ Errors are one line on stderr: exit status 2 for a problem with the command line
 """
 
 import os
+import shlex
 import sys
 from typing import List, Optional
 
@@ -287,6 +288,7 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         )
         return 2
     subcommand = args[0]
+    _RUNNING.update(subcommand=subcommand, flag_values=flag_values)
     try:
         config: Optional[config_file.Config] = None
         if subcommand == "data":
@@ -304,15 +306,19 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
     except CliError as e:
         _error(subcommand, str(e))
         return 2
+    _RUNNING["config"] = config
 
     from tpu_estimator.app import quiet
 
     # Importing TensorFlow and building the graph take seconds before the first line of the command's own.
     print(f"{PROG} {subcommand}: {_FIRST_STEPS.get(subcommand, 'importing TensorFlow')} ...", flush=True)
     verbosity = flag_values.verbosity if "verbosity" in flag_values and flag_values["verbosity"].present else None
-    quiet.import_tensorflow(flag_values.verbose)
-    quiet.configure_logging(flag_values.verbose, verbosity)
-    from tpu_estimator.app import commands
+    try:
+        quiet.import_tensorflow(flag_values.verbose)
+        quiet.configure_logging(flag_values.verbose, verbosity)
+        from tpu_estimator.app import commands
+    except KeyboardInterrupt:
+        return _interrupted(subcommand, config, flag_values)
 
     try:
         return commands.run(subcommand, config, flag_values)
@@ -320,8 +326,7 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         _error(subcommand, str(e))
         return 2
     except KeyboardInterrupt:
-        _error(subcommand, "interrupted")
-        return 130
+        return _interrupted(subcommand, config, flag_values)
     except Exception as e:  # noqa: BLE001 (one line for any failure; --traceback shows it whole)
         message = commands.explain(e, config)
         if message is None and data_error(e) is not None:  # A failed check (an id out of range, a negative weight).
@@ -339,11 +344,52 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         return 1
 
 
+# What a Ctrl-C says: the run's subcommand, config and flags, once known (`run` sets them).
+_RUNNING: dict = {}
+
+
+def _interrupted_line(subcommand: str, config: Optional[config_file.Config], flag_values: flags.FlagValues) -> str:
+    """`tpu-estimator SUBCOMMAND: error: interrupted; the last checkpoint ... resume from it with: COMMAND`."""
+    from tpu_estimator.app import interrupt
+
+    model_dir = config.model_dir if config is not None else None
+    step = None
+    if model_dir and subcommand in interrupt.RESUMABLE:
+        try:
+            from tpu_estimator.estimator_core import checkpoint_step
+
+            step = checkpoint_step.checkpoint_global_step(model_dir)
+        except Exception:  # noqa: BLE001 (the line is said without the step rather than not at all)
+            step = None
+    if _RUNNING.get("argv"):  # the command line as typed (the console script's)
+        resume = " ".join(shlex.quote(a) for a in [PROG] + list(_RUNNING["argv"][1:]))
+    else:
+        resume = interrupt.command_line(subcommand, flag_values, list(OUR_FLAGS))
+    return f"{PROG} {subcommand}: error: {interrupt.interrupted_message(subcommand, model_dir, step, resume)}"
+
+
+def _interrupted(subcommand: str, config: Optional[config_file.Config], flag_values: flags.FlagValues) -> int:
+    """Ctrl-C seen as `KeyboardInterrupt` (`run` called in-process): the line, exit status 130."""
+    from tpu_estimator.app import interrupt
+
+    print(_interrupted_line(subcommand, config, flag_values), file=sys.stderr, flush=True)
+    return interrupt.EXIT_STATUS
+
+
+def _line_at_interrupt() -> str:
+    if "subcommand" not in _RUNNING:
+        return f"{PROG}: interrupted"
+    return _interrupted_line(_RUNNING["subcommand"], _RUNNING.get("config"), _RUNNING["flag_values"])
+
+
 def _model_dir_config(flag_values: flags.FlagValues) -> bool:
     return bool(flag_values.model_dir) and os.path.isfile(os.path.join(flag_values.model_dir, "config.yaml"))
 
 
 def _main(argv: List[str]) -> None:
+    from tpu_estimator.app import interrupt
+
+    interrupt.watch(_line_at_interrupt)  # Ctrl-C: one line, status 130, even while a training loop runs
     sys.exit(run(argv))
 
 
@@ -362,6 +408,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         if "--helpfull" in args[1:]:
             print(flags_help())
         sys.exit(0)
+    _RUNNING["argv"] = args
     if "--version" in args[1:]:
         print(f"{PROG} {tpu_estimator.__version__}")
         sys.exit(0)
