@@ -32,6 +32,8 @@ NOT_TENSORFLOW = {
         "_train_and_evaluate_on_hosts",
     },
     "tpu_estimator/cluster_server.py": {"_exit"},  # os._exit: a server process ends without Python's clean-up
+    # os._exit: Ctrl-C ends the CLI at once (as SIGINT's default action), after its one line, even inside a loop.
+    "tpu_estimator/app/interrupt.py": {"_exit"},
     # TPUEstimator's own class attribute saying it replicates in one graph (tpu_estimator.py).
     "tpu_estimator/estimator_core/distributed_training.py": {"_REPLICATES_IN_GRAPH"},
     "tpu_estimator/estimator_core/run_config.py": {"_save_checkpoints_secs", "_save_checkpoints_steps"},  # its own

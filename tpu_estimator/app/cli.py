@@ -149,6 +149,14 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "data: replace an existing --output (and held-out file); it is replaced only once the new one is complete.",
         flag_values=flag_values,
     )
+    flags.DEFINE_integer(
+        "validate_rows",
+        1000,
+        "Before TensorFlow starts, check the first this many rows of every data file and report every problem "
+        "found in them at once (file:line); 0: only open the files.",
+        lower_bound=0,
+        flag_values=flag_values,
+    )
     flags.DEFINE_bool(
         "verbose",
         False,
@@ -179,6 +187,7 @@ OUR_FLAGS = (
     "max_vocab",
     "skip_malformed",
     "overwrite",
+    "validate_rows",
     "verbose",
     "traceback",
     "version",
@@ -232,25 +241,45 @@ def check_model_dir(config: config_file.Config) -> None:
         )
 
 
-def check_data(config: config_file.Config, subcommand: str, predict_input: Optional[List[str]] = None) -> None:
-    """The data files of the run exist, are not empty and are in the configured format (predict reads
-    `predict_input` instead of the evaluation data when given; the predict command checks those).
+def check_data(
+    config: config_file.Config,
+    subcommand: str,
+    predict_input: Optional[List[str]] = None,
+    sample_rows: int = 0,
+) -> None:
+    """The data files of the run exist, are not empty and are in the configured format, and the first
+    `sample_rows` rows of each are well formed (`data.sample_check`: every problem of the sample at once). Predict
+    reads `predict_input` instead of the evaluation data when given; the predict command checks those.
 
     Raises:
-      CliError: naming the config key and the file.
+      CliError: naming the config key and the file (and each malformed row of the sample, `file:line: reason`).
     """
-    from tpu_estimator.app.data import files
+    from tpu_estimator.app.data import files, sample_check
 
     data = config.data
     if data.source == "synthetic" or subcommand in ("export", "data"):
         return
+    checked = []
     if subcommand in ("train", "train_and_evaluate", "benchmark"):
         paths = files.expand(data.train_paths, "data.train_paths")
         files.check_files(paths, data.source, "data.train_paths", data.compression)
+        checked.append(("data.train_paths", paths))
     if subcommand in ("evaluate", "train_and_evaluate") or (subcommand == "predict" and not predict_input):
         key = "data.eval_paths" if data.eval_paths else "data.train_paths"
         paths = files.expand(data.eval_paths or data.train_paths, key)
         files.check_files(paths, data.source, key, data.compression, allow_empty=subcommand == "predict")
+        if key not in dict(checked):
+            checked.append((key, paths))
+    fix = (
+        "data.skip_malformed=true skips malformed lines"
+        if data.source == "tsv"
+        else "a damaged file: rewrite it, e.g. with tpu-estimator data; or data.source/data.compression do not match "
+        "the files"
+    )
+    for key, paths in checked:
+        sample_check.check_sample(
+            paths, data.source, key, data.compression, sample_rows, skip_malformed=data.skip_malformed, fix=fix
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -302,7 +331,7 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
             if subcommand != "benchmark":
                 require_model_dir(config)
                 check_model_dir(config)
-            check_data(config, subcommand, flag_values.input)
+            check_data(config, subcommand, flag_values.input, flag_values.validate_rows)
     except CliError as e:
         _error(subcommand, str(e))
         return 2
