@@ -18,7 +18,7 @@ TEST_ENV := TF_CPP_MIN_LOG_LEVEL=2
 # Each leg ends with its slowest tests, so a leg that grows shows where the time went.
 DURATIONS := --durations=15
 
-.PHONY: demo test lint test-tf221 test-tf221-engine test-tf221-product test-tf221-cluster test-tf215 test-tf215-engine \
+.PHONY: demo test check lint test-tf221 test-tf221-engine test-tf221-product test-tf221-cluster test-tf215 test-tf215-engine \
 	test-tf215-product test-tf215-cluster test-tf215-our-core conformance install install-tf215 clean
 
 install: $(STAMP)
@@ -49,6 +49,15 @@ demo: $(STAMP)
 
 test: lint test-tf215-engine test-tf215-product test-tf215-cluster test-tf215-our-core test-tf221-engine \
 	test-tf221-product test-tf221-cluster
+
+# The quick check, in minutes on 2 cores and on TF 2.21 alone (.venv; .venv-tf215 is not needed): the lint, the tests
+# marked `quick` (a sample of every test directory, each testing a real behaviour; tests/docs/test_make_check.py keeps
+# every directory sampled) and the README's first program, run as the README says. `make test` is the full suite on
+# both TensorFlow versions, what CI runs.
+QUICK_PROGRAM := examples/feature_columns.py
+check: lint $(STAMP)
+	$(TEST_ENV) $(PY) -m pytest $(DURATIONS) -m "quick and not upstream" tests
+	$(TEST_ENV) $(PY) $(QUICK_PROGRAM)
 
 # One code style: the formatter's check and the linter (config in pyproject.toml).
 lint: $(STAMP)

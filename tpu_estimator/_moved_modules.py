@@ -42,11 +42,12 @@ _PACKAGES: Dict[str, Sequence[str]] = {
         "hooks",
         "host_calls",
     ),
-    "hosts": ("cluster", "cluster_server", "collectives", "mirrored_variables", "host_train_and_evaluate"),
+    "hosts": ("cluster", "collectives", "mirrored_variables", "host_train_and_evaluate"),
     "checkpoints": ("checkpoint_state", "finite_checkpoints", "model_dir_lock", "train_guard"),
 }
-# Moved and renamed: the name says what it is (`embedding/devices.py` is another module).
-_RENAMED: Dict[str, str] = {"devices": "hosts.shard_devices"}
+# Moved elsewhere or renamed: the name says what it is (`embedding/devices.py` is another module); the server's
+# command is the CLI's.
+_RENAMED: Dict[str, str] = {"devices": "hosts.shard_devices", "cluster_server": "app.cluster_server"}
 
 # Old module name -> its module's name now.
 MOVED: Dict[str, str] = {

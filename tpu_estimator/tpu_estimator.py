@@ -12,7 +12,7 @@ import tensorflow as tf
 from tpu_estimator import _estimator_lib
 from tpu_estimator.checkpoints import checkpoint_state, train_guard
 from tpu_estimator.hosts import cluster as cluster_lib
-from tpu_estimator.hosts import collectives, host_train_and_evaluate
+from tpu_estimator.hosts import collectives, host_report, host_train_and_evaluate
 from tpu_estimator.inputs import data_errors
 from tpu_estimator.inputs.deferred_input import DeferredInput
 from tpu_estimator.modes import cpu_path, predict_step, shared_stages
@@ -271,6 +271,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             train_guard.guard_training(self, steps, max_steps, saving_listeners) as guarded,
         ):
             if guarded.already_done:
+                host_report.record_trained_step(self._model_dir)
                 return self
             cluster = self._config.tpu_cluster
             if cluster is not None and cluster.is_chief:
@@ -293,6 +294,7 @@ class TPUEstimator(_estimator_lib.Estimator):
                     self._config.session_config,
                 )
             guarded.check_trained(steps, max_steps)
+            host_report.record_trained_step(self._model_dir)  # for tpu-estimator-hosts' last lines
             return self
 
     @property

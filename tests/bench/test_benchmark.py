@@ -30,6 +30,7 @@ def test_tiny_workload_reports_positive_rates(tmp_path):
     assert benchmark.format_report(result).startswith("Workload tiny")
 
 
+@pytest.mark.quick
 def test_machine_rates_are_positive():
     rates = benchmark.machine_rates(table_rows=10000, dim=16, gathers=10000, copy_bytes=1 << 20, repeats=1)
     assert all(v > 0 for v in rates.values())

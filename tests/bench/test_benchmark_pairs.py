@@ -7,6 +7,7 @@ import pytest
 from tpu_estimator.app import benchmark, benchmark_pairs
 
 
+@pytest.mark.quick
 def test_ratios_are_taken_within_each_round(monkeypatch):
     # Rounds where the machine is slow for both: per-pair ratios stay 2.0 though the medians of runs differ.
     rates = {"a": iter([100.0, 50.0, 300.0]), "b": iter([200.0, 100.0, 600.0])}

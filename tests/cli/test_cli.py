@@ -54,6 +54,7 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.quick
 def test_config_errors_name_the_key_path(capsys):
     assert run_in_process("train", f"--config={TINY}", "--set=train.batch_size=abc") == 2
     err = capsys.readouterr().err
@@ -77,6 +78,7 @@ def test_config_error_in_a_subprocess(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.quick
 def test_train_resume_evaluate_export_predict(tmp_path):
     model_dir = str(tmp_path / "model")
     common = [f"--config={TINY}", f"--model_dir={model_dir}"]

@@ -27,7 +27,7 @@ def _hosts(model_dir, num_hosts, num_shards, steps=STEPS):
     host_jobs.run_program(PROGRAM, [model_dir, num_shards, steps], num_hosts)
 
 
-@pytest.mark.parametrize("num_hosts,shards_per_host", [(2, 2), (3, 1)])
+@pytest.mark.parametrize("num_hosts,shards_per_host", [pytest.param(2, 2, marks=pytest.mark.quick), (3, 1)])
 def test_hosts_in_processes_of_their_own_equal_one_host(tmp_path, num_hosts, shards_per_host):
     num_shards = num_hosts * shards_per_host
     _one_host(tmp_path / "one", num_shards)

@@ -14,7 +14,7 @@ import tpu_estimator as te
 from tests.cluster import model
 from tests.cluster.local_cluster import LocalCluster, terminate, worker_env
 from tests.estimator import models
-from tpu_estimator.hosts import cluster_server
+from tpu_estimator.app import cluster_server
 
 
 def test_cluster_flag_forms_and_tf_config():
@@ -44,7 +44,7 @@ def test_impossible_ports_are_refused_naming_the_address():
 def test_the_server_refuses_port_99999_instead_of_claiming_it():
     """TensorFlow alone listens on port 99999 % 65536 (or any free port for 0) and reports that one."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tpu_estimator.hosts.cluster_server", "--cluster=worker=127.0.0.1:99999", "--task=0"],
+        [sys.executable, "-m", "tpu_estimator.app.cluster_server", "--cluster=worker=127.0.0.1:99999", "--task=0"],
         capture_output=True, text=True, env=worker_env(), timeout=60,
     )  # fmt: skip
     assert proc.returncode == 1
@@ -86,7 +86,7 @@ def _server_command(cluster_json, task, cpus):
     return [
         sys.executable,
         "-m",
-        "tpu_estimator.hosts.cluster_server",
+        "tpu_estimator.app.cluster_server",
         "--cluster=" + cluster_json,
         "--task=%d" % task,
         "--cpu_shards=%d" % cpus,

@@ -292,6 +292,7 @@ def launcher_state(monkeypatch):
     compat.uninstall()
 
 
+@pytest.mark.quick
 def test_launcher_runs_script_as_main(tmp_path, launcher_state, capsys):
     script = tmp_path / "prog.py"
     script.write_text(
@@ -316,6 +317,7 @@ def test_launcher_runs_script_as_main(tmp_path, launcher_state, capsys):
     assert exit_info.value.code == 3
 
 
+@pytest.mark.quick
 def test_launcher_reports_our_configuration_errors_in_one_message(tmp_path, launcher_state, capsys):
     script = tmp_path / "bad_config.py"
     script.write_text(

@@ -14,7 +14,7 @@ from tpu_estimator import compat
 from tpu_estimator.compat import cluster_resolver as cluster_resolver_lib
 from tpu_estimator.compat import patching, tf2_names
 from tpu_estimator.compat import tpu_strategy as tpu_strategy_lib
-from tpu_estimator.context import UnsupportedOffTPUError
+from tpu_estimator.specs.context import UnsupportedOffTPUError
 
 _MISSING = object()
 PATHS = [

@@ -74,7 +74,7 @@ def test_rewrite_is_the_function_whatever_the_import_order():
         "import tpu_estimator as te\n"
         "te.TPUEstimator  # the package loads its modules on first use\n"
         "import tpu_estimator.replicas.device_rewrite\n"
-        "from tpu_estimator import cpu_path\n"
+        "from tpu_estimator.modes import cpu_path\n"
         "print(callable(cpu_path.rewrite), te.rewrite is tpu_estimator.replicas.device_rewrite.rewrite)\n"
     )
     assert _fresh_python(code).strip().splitlines()[-1] == "True True"

@@ -20,6 +20,7 @@ def case_of(**overrides):
     return case
 
 
+@pytest.mark.quick
 def test_per_host_v2_two_shards_with_sparse_first_embedding_feature_trains(tmp_path):
     case = case_of(input_config="PER_HOST_V2", shards=2, id_format="sparse", key_order="ids_first_sorted")
     assert cases.known_failure(case) is None
@@ -72,7 +73,7 @@ def test_predict_with_dict_weight_key_over_dense_ids_and_weights(tmp_path):
     cases.run_case(case_of(mode="predict", embedding="dict_weighted", shards=1), str(tmp_path))
 
 
-@pytest.mark.parametrize("embedding", ["dict", "columns"])
+@pytest.mark.parametrize("embedding", ["dict", pytest.param("columns", marks=pytest.mark.quick)])
 def test_export_to_tpu_with_embeddings_serves_the_predictions(tmp_path, embedding):
     # Found by the export cases: "AttributeError: 'function' object has no attribute 'rewrite'" once the package's
     # imports were sorted (fixed in tpu_estimator/__init__.py).

@@ -173,6 +173,7 @@ HANDWRITTEN = (
 )
 
 
+@pytest.mark.quick
 def test_reader_on_handwritten_tsv(tmp_path):
     path = tmp_path / "hand.tsv"
     path.write_text(HANDWRITTEN)
@@ -219,6 +220,7 @@ def _good_lines(n):
         ),
     ],
 )
+@pytest.mark.quick
 def test_malformed_line_error_names_file_and_line(tmp_path, line_index, bad, pattern):
     lines = _good_lines(9)
     lines[line_index] = bad(lines[line_index])

@@ -10,7 +10,12 @@ table (the `estimator_core/` row of `tpu_estimator/`'s does not cover its module
 import re
 from typing import Dict, Optional, Set
 
+import pytest
+
 from tests.helpers.modules import REPO, import_graph, product_modules, relative
+
+# In make check's quick sample (static checks of the whole tree, seconds).
+pytestmark = pytest.mark.quick
 
 ARCHITECTURE = REPO / "docs" / "ARCHITECTURE.md"
 HEADING_PACKAGE = re.compile(r"^#+ .*`((?:[a-z_]+/)+)`")

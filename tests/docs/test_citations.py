@@ -3,7 +3,12 @@
 import re
 import subprocess
 
+import pytest
+
 from tests.docs.test_readme import REPO
+
+# In make check's quick sample (static checks of the whole tree, seconds).
+pytestmark = pytest.mark.quick
 
 # A citation of a file users do not have: SEMANTICS.md other than docs/SEMANTICS.md, the workspace's design notes,
 # or paths outside the repository.

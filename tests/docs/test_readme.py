@@ -79,18 +79,21 @@ def subprocess_env(tmp_path: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------- all blocks
+@pytest.mark.quick
 def test_every_block_has_a_checked_language():
     assert BLOCKS, "README.md has no code blocks"
     unknown = [f"{block_id(b)}: {b.language or '(none)'}" for b in BLOCKS if b.language not in LANGUAGES]
     assert not unknown, f"blocks this test does not check (use one of {LANGUAGES}): {unknown}"
 
 
+@pytest.mark.quick
 def test_readme_starts_with_make_demo_and_make_test():
     first = BLOCKS[0]
     commands = [line.split("#")[0].strip() for line in first.code.splitlines()]
-    assert first.language == "sh" and commands == ["make demo", "make test"], first.code
+    assert first.language == "sh" and commands == ["make demo", "make test", "make check"], first.code
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.include], ids=block_id)
 def test_included_blocks_equal_their_files(block):
     assert block.code == (REPO / block.include).read_text(encoding="utf-8"), (
@@ -297,7 +300,7 @@ def check_rm(words: List[str]) -> None:
 
 def check_server(words: List[str]) -> None:
     """`tpu-estimator-server` flags exist and its --cluster value parses."""
-    from tpu_estimator.hosts import cluster_server
+    from tpu_estimator.app import cluster_server
 
     source = Path(cluster_server.__file__).read_text()
     defined = set(re.findall(r"flags\.DEFINE_\w+\(\s*\"(\w+)\"", source))

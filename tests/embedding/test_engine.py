@@ -386,6 +386,7 @@ def _graph_reads(engine):
     }
 
 
+@pytest.mark.quick
 def test_tf1_session_training_equals_reference():
     with tf.Graph().as_default():
         engine = EmbeddingEngine(

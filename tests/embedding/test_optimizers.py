@@ -331,6 +331,7 @@ def test_lazy_flag():
         assert cls().lazy
 
 
+@pytest.mark.quick
 def test_non_lazy_adam_table_step_touches_untouched_rows():
     """Non-lazy Adam = apply_rows on all rows with zero gradients for absent ids (checked on a full table)."""
     opt = embedding.Adam(0.1, lazy_adam=False)

@@ -29,6 +29,7 @@ def _sgd_reference(steps, batch=32, lr=0.1):
 @pytest.mark.parametrize(
     "wrapper", [te.CrossShardOptimizer, tf.compat.v1.tpu.CrossShardOptimizer], ids=["ours", "upstream"]
 )
+@pytest.mark.quick
 def test_same_variables_on_1_2_4_shards(tmp_path, wrapper):
     reference = _sgd_reference(10)
     results = {}

@@ -23,7 +23,7 @@ import tensorflow as tf
 if {touch_keras_first}:
     hasattr(tf.compat.v1.layers if {touch_keras_first} == "layers" else tf.keras, "Layer")  # used before tpu_estimator
 from tpu_estimator import experimental as tex
-from tpu_estimator import spec
+from tpu_estimator.specs import spec
 from tpu_estimator._keras2 import Keras2RequiredError
 
 def model_fn(features, labels, mode, params):

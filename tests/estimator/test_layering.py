@@ -6,7 +6,12 @@ import ast
 import pathlib
 from typing import Iterator, List, Set
 
+import pytest
+
 from tests.helpers.modules import cycles, import_graph, imported_names, product_modules, relative
+
+# In make check's quick sample (static checks of the whole tree, seconds).
+pytestmark = pytest.mark.quick
 
 # Each package's one module of TensorFlow internals.
 WRAPPERS = {
@@ -26,7 +31,9 @@ NOT_TENSORFLOW = {
         "_trains_and_evaluates_on_hosts",
         "_train_and_evaluate_on_hosts",
     },
-    "tpu_estimator/hosts/cluster_server.py": {"_exit"},  # os._exit: a server process ends without Python's clean-up
+    "tpu_estimator/app/cluster_server.py": {"_exit"},  # os._exit: a server process ends without Python's clean-up
+    # os._exit: Ctrl-C ends the CLI at once (as SIGINT's default action), after its one line, even inside a loop.
+    "tpu_estimator/app/interrupt.py": {"_exit"},
     # TPUEstimator's own class attribute saying it replicates in one graph (tpu_estimator.py).
     "tpu_estimator/estimator_core/distributed_training.py": {"_REPLICATES_IN_GRAPH"},
     "tpu_estimator/estimator_core/run_config.py": {"_save_checkpoints_secs", "_save_checkpoints_steps"},  # its own

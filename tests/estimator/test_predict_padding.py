@@ -26,6 +26,7 @@ def _evaluate(structure):
             return session.run(tensors)
 
 
+@pytest.mark.quick
 def test_dense_padding_repeats_the_last_real_row():
     def build():
         batch = tf.constant([[1.0, 2.0], [3.0, 4.0]])

@@ -57,6 +57,7 @@ def test_steps_are_incremental_and_reached_max_steps_does_not_train(tmp_path):
     assert estimator.get_variable_value("global_step") == 22
 
 
+@pytest.mark.quick
 def test_training_minimises_the_loss_to_the_known_solution(tmp_path):
     estimator = _estimator(tmp_path)
     estimator.train(helpers.input_fn(), max_steps=600)
@@ -105,6 +106,7 @@ def test_predict(tmp_path):
         list(estimator.predict(helpers.predict_input_fn(), predict_keys=["nope"]))
 
 
+@pytest.mark.quick
 def test_export_saved_model_and_all_modes(tmp_path):
     estimator = _estimator(tmp_path / "model")
     serving_fn = OURS.export.build_raw_serving_input_receiver_fn({"x": tf.zeros([1, 3])})

@@ -61,6 +61,7 @@ def test_dlrm_forward_shapes(interaction, top_inputs):
     assert kernels["logit/kernel"] == [8, 1]
 
 
+@pytest.mark.quick
 def test_dlrm_logit_is_the_mlps_of_the_numpy_interaction():
     config = tiny()
     features = fake_features(np.random.RandomState(2), 4)

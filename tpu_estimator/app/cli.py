@@ -2,25 +2,7 @@
 
 Usage:
   tpu-estimator SUBCOMMAND [--config=NAME|PATH] [--set=key.path=value ...] [--model_dir=DIR] [flags]
-
-Subcommands:
-  train               train up to train.steps (a global step: rerunning with a larger value resumes)
-  evaluate            evaluate the latest checkpoint on the evaluation data
-  train_and_evaluate  train, evaluating every train.eval_every_steps steps and at the end
-  export              write a SavedModel (default base: export.dir or MODEL_DIR/export)
-  predict             predict rows (--input files, else the evaluation data) from --export_dir (a SavedModel)
-                      or from the checkpoint in the model directory; writes --output (.csv or .jsonl)
-  benchmark           train --benchmark_steps steps in a fresh directory and print examples/sec
-  data                write --rows synthetic Criteo-like rows to --output (.tsv or .tfrecord), or convert
-                      --input TSV files to --output (.tfrecord)
-
-Examples:
-  tpu-estimator train --config=dlrm_tiny --model_dir=/tmp/dlrm --set=train.steps=200
-  tpu-estimator evaluate --model_dir=/tmp/dlrm            (the config saved in the model directory)
-  tpu-estimator export --model_dir=/tmp/dlrm
-  tpu-estimator predict --export_dir=/tmp/dlrm/export/1700000000 --input=data/day_0.tsv --output=/tmp/p.csv
-  tpu-estimator data --rows=100000 --output=data/day_0.tsv --held_out_rows=10000 --seed=1
-  tpu-estimator data --input='data/day_*.tsv' --output=data/criteo.tfrecord
+  tpu-estimator SUBCOMMAND --help      the flags SUBCOMMAND reads, with an example
 
 Flags (all: --helpfull):
   --config=NAME|PATH   the YAML config: a file, or a built-in config by name (dlrm_tiny, dlrm_demo,
@@ -38,6 +20,24 @@ Flags (all: --helpfull):
   --verbose            TensorFlow's INFO logs too;  --traceback  the full traceback of an error
   --version            print the version
 
+Subcommands:
+  train               train up to train.steps (a global step: rerunning with a larger value resumes)
+                        tpu-estimator train --config=dlrm_tiny --model_dir=/tmp/dlrm --set=train.steps=200
+  evaluate            evaluate the latest checkpoint on the evaluation data
+                        tpu-estimator evaluate --model_dir=/tmp/dlrm      (the config saved in the model directory)
+  train_and_evaluate  train, evaluating every train.eval_every_steps steps and at the end
+                        tpu-estimator train_and_evaluate --config=wide_deep_tiny --model_dir=/tmp/wd
+  export              write a SavedModel (default base: export.dir or MODEL_DIR/export)
+                        tpu-estimator export --model_dir=/tmp/dlrm
+  predict             predict rows (--input files, else the evaluation data) from --export_dir (a SavedModel)
+                      or from the checkpoint in the model directory; writes --output (.csv or .jsonl)
+                        tpu-estimator predict --export_dir=/tmp/dlrm/export/1700000000 --input=day_0.tsv --output=p.csv
+  benchmark           train --benchmark_steps steps in a fresh directory and print examples/sec
+                        tpu-estimator benchmark --config=dlrm_tiny --benchmark_steps=50
+  data                write --rows synthetic Criteo-like rows to --output (.tsv or .tfrecord), or convert
+                      --input TSV files to --output (.tfrecord)
+                        tpu-estimator data --rows=100000 --output=data/day_0.tsv --held_out_rows=10000 --seed=1
+
 Final metrics are printed and written to MODEL_DIR/metrics_SUBCOMMAND.json; TensorBoard events go to the model
 directory. Evaluation metrics: `log_loss` is the binary cross-entropy over all evaluated rows (every shard's);
 `loss` is the model's loss as TPUEstimator reports it: per batch, on the rows of the first shard only, averaged
@@ -47,6 +47,7 @@ Errors are one line on stderr: exit status 2 for a problem with the command line
 """
 
 import os
+import shlex
 import sys
 from typing import List, Optional
 
@@ -148,6 +149,14 @@ def define_flags(flag_values: flags.FlagValues = FLAGS) -> None:
         "data: replace an existing --output (and held-out file); it is replaced only once the new one is complete.",
         flag_values=flag_values,
     )
+    flags.DEFINE_integer(
+        "validate_rows",
+        1000,
+        "Before TensorFlow starts, check the first this many rows of every data file and report every problem "
+        "found in them at once (file:line); 0: only open the files.",
+        lower_bound=0,
+        flag_values=flag_values,
+    )
     flags.DEFINE_bool(
         "verbose",
         False,
@@ -178,6 +187,7 @@ OUR_FLAGS = (
     "max_vocab",
     "skip_malformed",
     "overwrite",
+    "validate_rows",
     "verbose",
     "traceback",
     "version",
@@ -231,25 +241,45 @@ def check_model_dir(config: config_file.Config) -> None:
         )
 
 
-def check_data(config: config_file.Config, subcommand: str, predict_input: Optional[List[str]] = None) -> None:
-    """The data files of the run exist, are not empty and are in the configured format (predict reads
-    `predict_input` instead of the evaluation data when given; the predict command checks those).
+def check_data(
+    config: config_file.Config,
+    subcommand: str,
+    predict_input: Optional[List[str]] = None,
+    sample_rows: int = 0,
+) -> None:
+    """The data files of the run exist, are not empty and are in the configured format, and the first
+    `sample_rows` rows of each are well formed (`data.sample_check`: every problem of the sample at once). Predict
+    reads `predict_input` instead of the evaluation data when given; the predict command checks those.
 
     Raises:
-      CliError: naming the config key and the file.
+      CliError: naming the config key and the file (and each malformed row of the sample, `file:line: reason`).
     """
-    from tpu_estimator.app.data import files
+    from tpu_estimator.app.data import files, sample_check
 
     data = config.data
     if data.source == "synthetic" or subcommand in ("export", "data"):
         return
+    checked = []
     if subcommand in ("train", "train_and_evaluate", "benchmark"):
         paths = files.expand(data.train_paths, "data.train_paths")
         files.check_files(paths, data.source, "data.train_paths", data.compression)
+        checked.append(("data.train_paths", paths))
     if subcommand in ("evaluate", "train_and_evaluate") or (subcommand == "predict" and not predict_input):
         key = "data.eval_paths" if data.eval_paths else "data.train_paths"
         paths = files.expand(data.eval_paths or data.train_paths, key)
         files.check_files(paths, data.source, key, data.compression, allow_empty=subcommand == "predict")
+        if key not in dict(checked):
+            checked.append((key, paths))
+    fix = (
+        "data.skip_malformed=true skips malformed lines"
+        if data.source == "tsv"
+        else "a damaged file: rewrite it, e.g. with tpu-estimator data; or data.source/data.compression do not match "
+        "the files"
+    )
+    for key, paths in checked:
+        sample_check.check_sample(
+            paths, data.source, key, data.compression, sample_rows, skip_malformed=data.skip_malformed, fix=fix
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -287,6 +317,7 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         )
         return 2
     subcommand = args[0]
+    _RUNNING.update(subcommand=subcommand, flag_values=flag_values)
     try:
         config: Optional[config_file.Config] = None
         if subcommand == "data":
@@ -300,19 +331,23 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
             if subcommand != "benchmark":
                 require_model_dir(config)
                 check_model_dir(config)
-            check_data(config, subcommand, flag_values.input)
+            check_data(config, subcommand, flag_values.input, flag_values.validate_rows)
     except CliError as e:
         _error(subcommand, str(e))
         return 2
+    _RUNNING["config"] = config
 
     from tpu_estimator.app import quiet
 
     # Importing TensorFlow and building the graph take seconds before the first line of the command's own.
     print(f"{PROG} {subcommand}: {_FIRST_STEPS.get(subcommand, 'importing TensorFlow')} ...", flush=True)
     verbosity = flag_values.verbosity if "verbosity" in flag_values and flag_values["verbosity"].present else None
-    quiet.import_tensorflow(flag_values.verbose)
-    quiet.configure_logging(flag_values.verbose, verbosity)
-    from tpu_estimator.app import commands
+    try:
+        quiet.import_tensorflow(flag_values.verbose)
+        quiet.configure_logging(flag_values.verbose, verbosity)
+        from tpu_estimator.app import commands
+    except KeyboardInterrupt:
+        return _interrupted(subcommand, config, flag_values)
 
     try:
         return commands.run(subcommand, config, flag_values)
@@ -320,8 +355,7 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         _error(subcommand, str(e))
         return 2
     except KeyboardInterrupt:
-        _error(subcommand, "interrupted")
-        return 130
+        return _interrupted(subcommand, config, flag_values)
     except Exception as e:  # noqa: BLE001 (one line for any failure; --traceback shows it whole)
         message = commands.explain(e, config)
         if message is None and data_error(e) is not None:  # A failed check (an id out of range, a negative weight).
@@ -339,11 +373,52 @@ def run(argv: List[str], flag_values: flags.FlagValues = FLAGS) -> int:
         return 1
 
 
+# What a Ctrl-C says: the run's subcommand, config and flags, once known (`run` sets them).
+_RUNNING: dict = {}
+
+
+def _interrupted_line(subcommand: str, config: Optional[config_file.Config], flag_values: flags.FlagValues) -> str:
+    """`tpu-estimator SUBCOMMAND: error: interrupted; the last checkpoint ... resume from it with: COMMAND`."""
+    from tpu_estimator.app import interrupt
+
+    model_dir = config.model_dir if config is not None else None
+    step = None
+    if model_dir and subcommand in interrupt.RESUMABLE:
+        try:
+            from tpu_estimator.estimator_core import checkpoint_step
+
+            step = checkpoint_step.checkpoint_global_step(model_dir)
+        except Exception:  # noqa: BLE001 (the line is said without the step rather than not at all)
+            step = None
+    if _RUNNING.get("argv"):  # the command line as typed (the console script's)
+        resume = " ".join(shlex.quote(a) for a in [PROG] + list(_RUNNING["argv"][1:]))
+    else:
+        resume = interrupt.command_line(subcommand, flag_values, list(OUR_FLAGS))
+    return f"{PROG} {subcommand}: error: {interrupt.interrupted_message(subcommand, model_dir, step, resume)}"
+
+
+def _interrupted(subcommand: str, config: Optional[config_file.Config], flag_values: flags.FlagValues) -> int:
+    """Ctrl-C seen as `KeyboardInterrupt` (`run` called in-process): the line, exit status 130."""
+    from tpu_estimator.app import interrupt
+
+    print(_interrupted_line(subcommand, config, flag_values), file=sys.stderr, flush=True)
+    return interrupt.EXIT_STATUS
+
+
+def _line_at_interrupt() -> str:
+    if "subcommand" not in _RUNNING:
+        return f"{PROG}: interrupted"
+    return _interrupted_line(_RUNNING["subcommand"], _RUNNING.get("config"), _RUNNING["flag_values"])
+
+
 def _model_dir_config(flag_values: flags.FlagValues) -> bool:
     return bool(flag_values.model_dir) and os.path.isfile(os.path.join(flag_values.model_dir, "config.yaml"))
 
 
 def _main(argv: List[str]) -> None:
+    from tpu_estimator.app import interrupt
+
+    interrupt.watch(_line_at_interrupt)  # Ctrl-C: one line, status 130, even while a training loop runs
     sys.exit(run(argv))
 
 
@@ -352,10 +427,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     define_flags()
     args = list(sys.argv if argv is None else argv)
     if any(a in ("--help", "-h", "-?", "--helpshort", "--helpfull") for a in args[1:]):
-        print(__doc__)
+        subcommands = [a for a in args[1:] if a in SUBCOMMANDS]
+        if subcommands:
+            from tpu_estimator.app import cli_help
+
+            print(cli_help.subcommand_help(subcommands[0], __doc__, FLAGS), end="")
+        else:
+            print(__doc__)
         if "--helpfull" in args[1:]:
             print(flags_help())
         sys.exit(0)
+    _RUNNING["argv"] = args
     if "--version" in args[1:]:
         print(f"{PROG} {tpu_estimator.__version__}")
         sys.exit(0)

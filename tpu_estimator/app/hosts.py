@@ -7,25 +7,47 @@ multi-worker training does; the program's `RunConfig` then makes it that host (d
 machines, start the same program on each machine with its own `TF_CONFIG` instead. Every line a host prints is
 prefixed with `[host i]`. The command exits with the first failing host's status (0 when all succeed); after a host
 fails, the others get `--grace_secs` to end (they fail on their own when a collective misses the lost host), then
-they are stopped.
+they are stopped. The last lines say what each host did (the global step its `train()` reached, its exit status)
+and whether the job succeeded.
 """
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from typing import IO, List, Optional, Sequence
+from typing import IO, List, NamedTuple, Optional, Sequence
 
 from absl import app, flags
+
+from tpu_estimator.app import command_help
+from tpu_estimator.hosts import host_report
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_hosts", 2, "How many hosts (processes) run the program.", lower_bound=1)
 flags.DEFINE_integer("first_port", 0, "The first host's port (the others' follow it); 0: free ports.", lower_bound=0)
 flags.DEFINE_float("grace_secs", 90.0, "After a host fails, how long the others may run before they are stopped.")
 flags.DEFINE_string("tpu_job_name", "worker", "The job of the hosts' tasks (as TPUConfig.tpu_job_name).")
+
+PROG = "tpu-estimator-hosts"
+OWN_FLAGS = ("num_hosts", "first_port", "grace_secs", "tpu_job_name")
+USAGE = f"""Usage: {PROG} [flags] -- PROGRAM [ARGS...]
+
+Runs PROGRAM as a job of --num_hosts hosts on this machine, one process per host, each with its TF_CONFIG."""
+EXAMPLE = f"{PROG} --num_hosts=2 -- python tests/cluster/host_program.py /tmp/two_hosts 4 6"
+
+
+class HostOutcome(NamedTuple):
+    """What one host of a job did: its exit status (negative: stopped by that signal) and the global step its last
+    `train()` reached (None: it reported none)."""
+
+    host: int
+    exit_status: int
+    global_step: Optional[int]
 
 
 def loopback_addresses(num_hosts: int, first_port: int = 0) -> List[str]:
@@ -63,7 +85,20 @@ def run_hosts(
     env: Optional[dict] = None,
     out: IO[str] = sys.stdout,
 ) -> List[int]:
-    """Runs `command` once per host with its `TF_CONFIG`; returns every host's exit status.
+    """Runs `command` once per host with its `TF_CONFIG`; returns every host's exit status (`run_job`'s)."""
+    return [o.exit_status for o in run_job(command, num_hosts, addresses, grace_secs, job, env, out)]
+
+
+def run_job(
+    command: Sequence[str],
+    num_hosts: int,
+    addresses: Optional[Sequence[str]] = None,
+    grace_secs: float = 90.0,
+    job: str = "worker",
+    env: Optional[dict] = None,
+    out: IO[str] = sys.stdout,
+) -> List[HostOutcome]:
+    """Runs `command` once per host with its `TF_CONFIG`; returns what every host did.
 
     Args:
       command: the program and its arguments.
@@ -75,7 +110,8 @@ def run_hosts(
       out: where the hosts' prefixed output goes.
 
     Returns:
-      The exit status of each host, in host order (negative: stopped by that signal).
+      Each host's `HostOutcome`, in host order: its exit status (negative: stopped by that signal) and the global
+      step its last `train()` reached (reported through `host_report`).
 
     Raises:
       ValueError: no command, or `addresses` not one per host.
@@ -85,10 +121,18 @@ def run_hosts(
     addresses = list(addresses) if addresses else loopback_addresses(num_hosts)
     if len(addresses) != num_hosts:
         raise ValueError("{} addresses for {} hosts: give one per host.".format(len(addresses), num_hosts))
+    with tempfile.TemporaryDirectory(prefix="tpu_estimator_hosts_") as report_dir:
+        reports = [os.path.join(report_dir, "host_{}.json".format(h)) for h in range(num_hosts)]
+        codes = _run_processes(command, addresses, grace_secs, job, env, out, reports)
+        return [HostOutcome(h, code, host_report.read_trained_step(reports[h])) for h, code in enumerate(codes)]
+
+
+def _run_processes(command, addresses, grace_secs, job, env, out, reports) -> List[int]:
     processes, relays = [], []
-    for host in range(num_hosts):
+    for host in range(len(addresses)):
         host_env = dict(os.environ if env is None else env)
         host_env["TF_CONFIG"] = host_tf_config(addresses, host, job)
+        host_env[host_report.REPORT_ENV] = reports[host]
         process = subprocess.Popen(list(command), env=host_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         processes.append(process)
         relay = threading.Thread(target=_relay, args=(process.stdout, "[host {}] ".format(host), out), daemon=True)
@@ -108,26 +152,66 @@ def run_hosts(
     return [p.returncode for p in processes]
 
 
+def outcome_line(outcome: HostOutcome) -> str:
+    """`tpu-estimator-hosts: host 1: trained to global step 6, exit status 0`."""
+    if outcome.global_step is not None:
+        did = "trained to global step {}".format(outcome.global_step)
+    else:
+        did = "reported no training step"
+    if outcome.exit_status < 0:
+        try:
+            name = signal.Signals(-outcome.exit_status).name
+        except ValueError:
+            name = "signal {}".format(-outcome.exit_status)
+        status = "stopped by {} (exit status {})".format(name, outcome.exit_status)
+    else:
+        status = "exit status {}".format(outcome.exit_status)
+    return "{}: host {}: {}, {}".format(PROG, outcome.host, did, status)
+
+
+def summary_line(outcomes: Sequence[HostOutcome]) -> str:
+    """The job's last line: all hosts succeeded (and the step they reached), or which hosts failed."""
+    failed = [o for o in outcomes if o.exit_status != 0]
+    if not failed:
+        steps = sorted({o.global_step for o in outcomes if o.global_step is not None})
+        reached = " (global step {})".format(", ".join(str(s) for s in steps)) if steps else ""
+        return "{}: all {} hosts succeeded{}".format(PROG, len(outcomes), reached)
+    return "{}: host(s) {} failed (exit status {}) of {}".format(
+        PROG,
+        ", ".join(str(o.host) for o in failed),
+        ", ".join(str(o.exit_status) for o in failed),
+        len(outcomes),
+    )
+
+
 def main(argv: Sequence[str]) -> None:
-    codes = run_hosts(
+    outcomes = run_job(
         argv[1:],
         FLAGS.num_hosts,
         loopback_addresses(FLAGS.num_hosts, FLAGS.first_port),
         FLAGS.grace_secs,
         FLAGS.tpu_job_name,
     )
-    failed = [(h, c) for h, c in enumerate(codes) if c != 0]
+    for outcome in outcomes:
+        print(outcome_line(outcome))
+    print(summary_line(outcomes), flush=True)
+    failed = [o for o in outcomes if o.exit_status != 0]
     if failed:
-        sys.stderr.write(
-            "tpu-estimator-hosts: host(s) {} failed (exit status {}).\n".format(
-                ", ".join(str(h) for h, _ in failed), ", ".join(str(c) for _, c in failed)
-            )
-        )
-        sys.exit(failed[0][1] if failed[0][1] > 0 else 1)
+        sys.exit(failed[0].exit_status if failed[0].exit_status > 0 else 1)
+
+
+def help_text() -> str:
+    """`tpu-estimator-hosts --help`: usage, the command's own flags, an example, then the module's description."""
+    paragraphs = __doc__.split("\n\n")[1:]
+    description = "\n\n".join(p for p in paragraphs if not p.startswith("    "))  # not the docstring's example
+    return command_help.help_text(USAGE, FLAGS, OWN_FLAGS, [EXAMPLE], description)
 
 
 def run() -> None:
     """The console script's entry point."""
+    mode = command_help.requested(sys.argv[1:])
+    if mode:
+        command_help.print_and_exit(help_text(), FLAGS.get_help(), mode)
     app.run(main)
 
 

@@ -1,6 +1,6 @@
 """A cluster of `tpu-estimator-server` workers on this machine's loopback interface, for benchmarks.
 
-Each worker is its own process (`python -m tpu_estimator.hosts.cluster_server`) on a free 127.0.0.1 port with
+Each worker is its own process (`python -m tpu_estimator.app.cluster_server`) on a free 127.0.0.1 port with
 `cpu_shards` logical CPU devices; the cluster stops (SIGTERM, then SIGKILL) when the `with` block ends. The
 bytes the loopback interface carries (`/proc/net/dev`, Linux) measure what the gRPC runtime sends between the
 client and the workers.
@@ -18,7 +18,7 @@ import time
 from typing import Dict, Iterator, List
 
 START_TIMEOUT_SECS = 120
-# `tpu_estimator.hosts.cluster_server.READY_MESSAGE`, not imported: that module defines absl flags when imported.
+# `tpu_estimator.app.cluster_server.READY_MESSAGE`, not imported: that module defines absl flags when imported.
 READY_MESSAGE = "tpu-estimator-server ready"
 
 
@@ -65,7 +65,7 @@ def loopback_cluster(num_hosts: int, cpu_shards: int) -> Iterator[Dict[str, List
             for task in range(num_hosts):
                 log_path = os.path.join(log_dir, "worker_{}.log".format(task))
                 logs.append(log_path)
-                argv = [sys.executable, "-m", "tpu_estimator.hosts.cluster_server", "--cluster=" + json.dumps(spec)]
+                argv = [sys.executable, "-m", "tpu_estimator.app.cluster_server", "--cluster=" + json.dumps(spec)]
                 argv += ["--task={}".format(task), "--cpu_shards={}".format(cpu_shards)]
                 with open(log_path, "w") as log:
                     processes.append(

@@ -5,17 +5,20 @@ Usage:
   tpu-estimator-run [--num_shards=N] [--traceback] [--verbose] -m package.module [program args...]
   python -m tpu_estimator.compat.launcher ...            (same)
 
+Launcher options (before the script):
+  --num_shards=N   run on N shards; sets TPU_ESTIMATOR_NUM_SHARDS.
+  --traceback      on a configuration error, print the full traceback too.
+  --verbose        keep TensorFlow's start-up, INFO and C++ warning logs (default: Python warnings, C++ errors).
+  -h, --help       this help (also --helpshort, --helpfull: the launcher has no other flags).
+
+Example:
+  tpu-estimator-run --num_shards=2 tests/programs/mnist_tpu.py --tpu=my-tpu --model_dir=/tmp/mnist --use_tpu=true
+
 The program runs as `python script.py args...` would (`__name__ == '__main__'`, `sys.argv` = the script and its
 arguments, so absl flags and `tf.compat.v1.app.run()` parse them; the script's directory first on `sys.path`),
 after `tpu_estimator.compat.install()` has put our TPUEstimator, TPU ops, TPUClusterResolver and
 `tensorflow.contrib.{tpu,cluster_resolver,summary}` behind TensorFlow's names. With `use_tpu=True` the program
 runs on shards: GPUs when present, otherwise logical CPU devices.
-
-Launcher options (before the script):
-  --num_shards=N   run on N shards; sets TPU_ESTIMATOR_NUM_SHARDS.
-  --traceback      on a configuration error, print the full traceback too.
-  --verbose        keep TensorFlow's start-up, INFO and C++ warning logs (default: Python warnings, C++ errors).
-  -h, --help       this help.
 
 Before the program starts, one line (on stdout) says how many shards it runs on and that a TPU address given to the program
 (`--tpu=...`, `--tpu_name=...`, `--master=grpc://...`) is ignored: everything runs on this machine.
@@ -71,7 +74,7 @@ def _parse(argv: Sequence[str]) -> Tuple[dict, List[str]]:
     args = list(argv)
     while args:
         arg = args[0]
-        if arg in ("-h", "--help"):
+        if arg in ("-h", "--help", "-?", "--helpshort", "--helpfull"):
             options["help"] = True
             return options, []
         if arg == "--traceback":

@@ -28,7 +28,6 @@ at most 18 digits) stop iteration with `tf.errors.InvalidArgumentError` whose me
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -48,11 +47,12 @@ from tpu_estimator.app.data.schema import (  # noqa: F401 (re-exported)
     TSV_NUM_FIELDS,
     criteo_cardinalities,
 )
+from tpu_estimator.app.data.tsv_lines import (  # noqa: F401 (re-exported; no TensorFlow there)
+    _DENSE_REGEX,
+    _MAX_DENSE_DIGITS,
+    malformed_reason,
+)
 
-# Dense values are integers of at most this many digits (so they always fit in int64).
-_MAX_DENSE_DIGITS = 18
-_DENSE_REGEX = rf"-?[0-9]{{1,{_MAX_DENSE_DIGITS}}}"
-_DENSE_PATTERN = re.compile(_DENSE_REGEX)
 # Sentinel for a missing dense value when parsing tf.train.Example (TSV values never reach it).
 _MISSING_DENSE = np.iinfo(np.int64).min
 
@@ -147,34 +147,6 @@ class MalformedLineCounter:
         for m in new:
             logging.warning("Skipping malformed Criteo line %s", m)
         return np.int64(len(messages))
-
-
-def malformed_reason(line: str, allow_unlabeled: bool = False) -> str:
-    """Why a Criteo TSV line is malformed ('' when it is well formed); mirrors the checks `parse_tsv_lines` does.
-
-    With `allow_unlabeled`, a line of 39 fields (no label, as Criteo's `test.txt`) or with an empty label is
-    well formed.
-    """
-    fields = line.split("\t")
-    if allow_unlabeled and len(fields) == TSV_NUM_FIELDS - 1:
-        fields = [""] + fields
-    if len(fields) != TSV_NUM_FIELDS:
-        expected = f"{TSV_NUM_FIELDS} (or {TSV_NUM_FIELDS - 1} without a label)" if allow_unlabeled else TSV_NUM_FIELDS
-        return f"expected {expected} tab-separated fields, got {len(fields)}"
-    if fields[0] not in ("0", "1") and not (allow_unlabeled and fields[0] == ""):
-        return f"label must be 0 or 1, got `{_shorten(fields[0])}`"
-    for j, value in enumerate(fields[1 : 1 + NUM_DENSE_FEATURES]):
-        if value and not _DENSE_PATTERN.fullmatch(value):
-            return (
-                f"dense feature I{j + 1} must be an integer of at most {_MAX_DENSE_DIGITS} digits, "
-                f"got `{_shorten(value)}`"
-            )
-    return ""
-
-
-def _shorten(value: str, limit: int = 40) -> str:
-    value = value.encode("unicode_escape").decode("ascii")
-    return value if len(value) <= limit else value[: limit - 3] + "..."
 
 
 def _bad_line_messages(

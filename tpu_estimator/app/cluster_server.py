@@ -175,8 +175,29 @@ def main(argv: Sequence[str]) -> None:
     os._exit(0)
 
 
+OWN_FLAGS = ("cluster", "task", "job", "cpu_shards")
+
+
+def help_text() -> str:
+    """`tpu-estimator-server --help`: usage, the server's own flags, an example, then the module's description."""
+    from tpu_estimator.app import command_help
+
+    paragraphs = __doc__.split("\n\n")
+    summary = paragraphs[0].split(": ", 1)[1]
+    usage = "Usage: tpu-estimator-server [--cluster=CLUSTER] [--task=N] [--job=JOB] [--cpu_shards=N]\n\n" + (
+        summary[0].upper() + summary[1:]
+    )
+    example = paragraphs[1].strip().splitlines()[0].strip()
+    return command_help.help_text(usage, FLAGS, OWN_FLAGS, [example], "\n\n".join(paragraphs[2:]))
+
+
 def run() -> None:
     """Console script entry point."""
+    from tpu_estimator.app import command_help
+
+    mode = command_help.requested(sys.argv[1:])
+    if mode:
+        command_help.print_and_exit(help_text(), FLAGS.get_help(), mode)
     app.run(main)
 
 
