@@ -58,15 +58,15 @@ def test_a_training_step_makes_no_callback_into_a_module_it_was_called_from(tmp_
     assert trace.callbacks == set()
     # The stages of the step were traced (the check is not vacuous).
     for stage in (
-        "train_loop",
-        "step_feed",
-        "input_pipeline",
-        "embedding_infeed",
-        "embedding_bridge",
-        "shared_stages",
-        "stamping",
-        "replication",
-        "spec",
+        "modes/train_loop",
+        "modes/step_feed",
+        "inputs/input_pipeline",
+        "embedding_stage/embedding_infeed",
+        "embedding_stage/embedding_bridge",
+        "modes/shared_stages",
+        "replicas/stamping",
+        "replicas/replication",
+        "specs/spec",
     ):
         assert "tpu_estimator/{}.py".format(stage) in trace.visited, stage
     assert {"embedding/engine.py", "embedding/preprocessing.py"} <= trace.visited
