@@ -2,6 +2,7 @@
 
 import dataclasses
 import enum
+import functools
 import os
 import sys
 import tempfile
@@ -15,7 +16,7 @@ from tpu_estimator.hosts import cluster as cluster_lib
 from tpu_estimator.hosts import collectives, host_report, host_train_and_evaluate
 from tpu_estimator.inputs import data_errors
 from tpu_estimator.inputs.deferred_input import DeferredInput
-from tpu_estimator.modes import cpu_path, predict_step, shared_stages
+from tpu_estimator.modes import cpu_path, host_agreement, predict_step, shared_stages
 from tpu_estimator.modes import hooks as hooks_lib
 from tpu_estimator.modes.eval_loop import EvalLoop
 from tpu_estimator.modes.train_loop import TrainLoop, TrainLoopSettings
@@ -60,11 +61,16 @@ _HOOKS_OF_MODE = {
 }
 
 
-def _with_lost_host_check(spec: Any, cluster: cluster_lib.Cluster) -> Any:
-    """`spec` whose session is created only once every host answers (after the first session, `EveryHostAnswers`)."""
+def _with_host_checks(spec: Any, cluster: cluster_lib.Cluster, config: RunConfig, fields_of: Callable) -> Any:
+    """`spec` whose session is created only once every host answers (after the first session, `EveryHostAnswers`)
+    and the hosts agree on the call's settings and graph (`host_agreement.HostsAgree`)."""
     field, what = _HOOKS_OF_MODE[spec.mode]
     hooks = list(getattr(spec, field) or [])
-    return spec._replace(**{field: hooks + [cluster_lib.EveryHostAnswers(cluster, what)]})
+    checks = [
+        cluster_lib.EveryHostAnswers(cluster, what),
+        host_agreement.HostsAgree(cluster, config.session_config, what, fields_of(what)),
+    ]
+    return spec._replace(**{field: hooks + checks})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,7 +506,19 @@ class TPUEstimator(_estimator_lib.Estimator):
         else:
             spec = predict_step.PredictStep(settings, ctx).build(deferred_input.call)
         if ctx.process_per_host:
-            spec = _with_lost_host_check(spec, ctx.config.tpu_cluster)
+            batch_sizes = {
+                "train_batch_size": self._train_batch_size,
+                "eval_batch_size": self._eval_batch_size,
+                "predict_batch_size": self._predict_batch_size,
+            }
+            fields_of = functools.partial(
+                host_agreement.fields_of_call,
+                config=config,
+                num_shards=ctx.num_replicas,
+                batch_sizes=batch_sizes,
+                embedding_config_spec=self._embedding_config_spec,
+            )
+            spec = _with_host_checks(spec, ctx.config.tpu_cluster, config, fields_of)
         return spec
 
     def _cpu_settings(self, model_fn, config, params) -> cpu_path.CpuSettings:

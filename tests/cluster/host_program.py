@@ -88,7 +88,10 @@ class SleepHook(tf.compat.v1.train.SessionRunHook):
 
 def model_fn(features, labels, mode, params):
     hidden = tf.compat.v1.layers.dense(
-        features["x"], 8, activation=tf.nn.tanh, kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1)
+        features["x"],
+        params.get("hidden", 8),
+        activation=tf.nn.tanh,
+        kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1),
     )
     logits = tf.squeeze(
         tf.compat.v1.layers.dense(hidden, 1, kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2)), 1

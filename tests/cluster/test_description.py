@@ -271,8 +271,9 @@ def test_dense_gradients_and_variable_reads_cross_hosts_once_per_host():
     np.testing.assert_allclose(got, 1.0 - 0.01 * gradient, rtol=1e-6)
 
 
-def test_a_host_waits_for_every_host_to_listen_before_speaking_grpc_to_it(monkeypatch):
-    # Host 1's server starts 1.2 s late: the wait returns only once it listens, and says which host it waits for.
+def test_a_host_waits_for_every_host_to_listen_before_speaking_grpc_to_it(monkeypatch, capsys):
+    # Host 1's server starts 1.2 s late: the wait returns only once it listens, and says on stderr (programs set
+    # TensorFlow's logger to ERROR) which host it waits for.
     monkeypatch.setattr(cluster_lib, "_LISTEN_REPORT_SECS", 0.5)
     own, late = socket.socket(), socket.socket()
     own.bind(("127.0.0.1", 0))
@@ -282,8 +283,6 @@ def test_a_host_waits_for_every_host_to_listen_before_speaking_grpc_to_it(monkey
     cluster = cluster_lib.Cluster(
         "worker", ("127.0.0.1:%d" % own.getsockname()[1], "127.0.0.1:%d" % late_port), "grpc://x", this_host=0
     )
-    reports = []
-    monkeypatch.setattr(tf.compat.v1.logging, "warning", lambda message, *args: reports.append(message % args))
     timer = threading.Timer(1.2, late.listen)
     timer.start()
     start = time.monotonic()
@@ -295,4 +294,39 @@ def test_a_host_waits_for_every_host_to_listen_before_speaking_grpc_to_it(monkey
         own.close()
         late.close()
     assert 1.1 < waited < 5, waited
-    assert reports and all("waiting for host(s) /job:worker/task:1 (127.0.0.1:%d)" % late_port in r for r in reports)
+    reports = capsys.readouterr().err.splitlines()
+    assert reports and all(
+        r.startswith("tpu_estimator: host 0: waiting for host(s) /job:worker/task:1 (127.0.0.1:%d)" % late_port)
+        for r in reports
+    ), reports
+
+
+def test_the_wait_for_every_host_to_listen_ends_naming_the_host_that_never_listens(monkeypatch):
+    own, never = socket.socket(), socket.socket()
+    own.bind(("127.0.0.1", 0))
+    own.listen()
+    never.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    never_port = never.getsockname()[1]
+    cluster = cluster_lib.Cluster(
+        "worker", ("127.0.0.1:%d" % own.getsockname()[1], "127.0.0.1:%d" % never_port), "grpc://x", 0
+    )
+    monkeypatch.setenv(cluster_lib.HOSTS_WAIT_ENV, "1.5")
+    start = time.monotonic()
+    try:
+        with pytest.raises(cluster_lib.ClusterError) as error:
+            cluster_lib.wait_for_every_host_to_listen(cluster, poll_secs=0.05)
+    finally:
+        own.close()
+        never.close()
+    assert 1.4 < time.monotonic() - start < 5
+    assert str(error.value).startswith(
+        "Host 0: host /job:worker/task:1 (127.0.0.1:%d) did not start within 2 s" % never_port
+    )
+    assert "TPU_ESTIMATOR_HOSTS_WAIT_SECS" in str(error.value)
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "soon", "inf", "nan"])
+def test_a_bad_hosts_wait_is_refused_naming_the_variable(monkeypatch, text):
+    monkeypatch.setenv(cluster_lib.HOSTS_WAIT_ENV, text)
+    with pytest.raises(ValueError, match="TPU_ESTIMATOR_HOSTS_WAIT_SECS=.* must be a positive number of seconds"):
+        cluster_lib.hosts_wait_secs()

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import socket
+import sys
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -244,16 +245,43 @@ def host_server(cluster: Cluster, num_cpu_devices: int) -> Any:
 
 # How often `wait_for_every_host_to_listen` says which hosts it still waits for.
 _LISTEN_REPORT_SECS = 30.0
+# How long the hosts of a job of one process per host wait for each other at a call's start (every host's server to
+# listen, every host to reach the agreement of `host_agreement.py`), unless the environment variable says otherwise.
+HOSTS_WAIT_ENV = "TPU_ESTIMATOR_HOSTS_WAIT_SECS"
+DEFAULT_HOSTS_WAIT_SECS = 300.0
 
 
-def wait_for_every_host_to_listen(cluster: Cluster, poll_secs: float = 0.2) -> None:
-    """Returns once every host's server accepts TCP connections; says every 30 s which hosts it still waits for.
+def hosts_wait_secs() -> float:
+    """How long the hosts wait for each other at a call's start: `$TPU_ESTIMATOR_HOSTS_WAIT_SECS`, default 300.
+
+    Raises:
+      ValueError: the variable is not a positive number of seconds.
+    """
+    text = os.environ.get(HOSTS_WAIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_HOSTS_WAIT_SECS
+    try:
+        secs = float(text)
+    except ValueError:
+        secs = float("nan")
+    if not secs > 0 or secs == float("inf"):
+        raise ValueError("{}={!r} must be a positive number of seconds.".format(HOSTS_WAIT_ENV, text))
+    return secs
+
+
+def wait_for_every_host_to_listen(cluster: Cluster, poll_secs: float = 0.2, wait_secs: Optional[float] = None) -> None:
+    """Returns once every host's server accepts TCP connections; says every 30 s on stderr which hosts it still waits
+    for, and gives up after `wait_secs` (default `hosts_wait_secs()`).
 
     Nothing may speak gRPC to a host before its server listens: a refused connection puts this process's channel to
     that host into gRPC's reconnect backoff, and a step that then needs it (another host's session reading a tensor
     from it through this process) fails at once with `UnavailableError` ("failed to connect to all addresses"),
     although every host is up by then. So the first session of a job waits here for every host to start.
+
+    Raises:
+      ClusterError: a host's server did not listen within `wait_secs` (naming it).
     """
+    wait_secs = hosts_wait_secs() if wait_secs is None else wait_secs
     start = time.monotonic()
     next_report = _LISTEN_REPORT_SECS
     while True:
@@ -261,13 +289,26 @@ def wait_for_every_host_to_listen(cluster: Cluster, poll_secs: float = 0.2) -> N
         if not missing:
             return
         waited = time.monotonic() - start
-        if waited >= next_report:
-            tf.compat.v1.logging.warning(
-                "Host %s: waiting for host(s) %s to start their servers (%d s so far).",
-                cluster.this_host,
-                ", ".join(cluster.describe(h) for h in missing),
-                int(waited),
+        if waited >= wait_secs:
+            raise ClusterError(
+                "Host {}: host {} did not start within {:.0f} s (its server does not accept connections): its "
+                "process failed or was never started. Start every host's process with the same TF_CONFIG (its own "
+                "output says why it failed), or raise the wait with the environment variable {}.".format(
+                    cluster.this_host,
+                    ", ".join(cluster.describe(h) for h in missing),
+                    wait_secs,
+                    HOSTS_WAIT_ENV,
+                )
             )
+        if waited >= next_report:
+            # On stderr: programs set TensorFlow's logger to ERROR, and a user must see why the job does not start.
+            sys.stderr.write(
+                "tpu_estimator: host {}: waiting for host(s) {} to start their servers ({:d} s so far, at most {:.0f} "
+                "s).\n".format(
+                    cluster.this_host, ", ".join(cluster.describe(h) for h in missing), int(waited), wait_secs
+                )
+            )
+            sys.stderr.flush()
             next_report += _LISTEN_REPORT_SECS
         time.sleep(poll_secs)
 
