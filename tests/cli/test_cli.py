@@ -78,7 +78,6 @@ def test_config_error_in_a_subprocess(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.quick
 def test_train_resume_evaluate_export_predict(tmp_path):
     model_dir = str(tmp_path / "model")
     common = [f"--config={TINY}", f"--model_dir={model_dir}"]

@@ -70,7 +70,6 @@ def test_data_command_writes_the_synthetic_rows_of_the_config(rows, tmp_path, ca
     assert len(a) == 300 and a == b
 
 
-@pytest.mark.quick
 def test_malformed_row_is_one_line_naming_file_and_line(rows, tmp_path, capsys):
     with open(rows / "train.tsv") as f:
         lines = f.read().splitlines()

@@ -7,7 +7,8 @@ Usage:
 
 Launcher options (before the script):
   --num_shards=N   run on N shards; sets TPU_ESTIMATOR_NUM_SHARDS.
-  --traceback      on a configuration error, print the full traceback too.
+  --traceback      print the full traceback of an error (by default: configuration, data and TensorFlow errors
+                   are a few lines: where the program called, then the error).
   --verbose        keep TensorFlow's start-up, INFO and C++ warning logs (default: Python warnings, C++ errors).
   -h, --help       this help (also --helpshort, --helpfull: the launcher has no other flags).
 
@@ -41,7 +42,9 @@ A `ValueError`/`TypeError`/`NotImplementedError` raised by tpu_estimator's own c
 traceback, two lines: where the program called into us, then the error, which says what to change. The exit
 status is 1. A failed check on the program's data inside TensorFlow (an embedding id out of range, a negative
 weight: `tf.debugging.Assert` of the embedding engine) is also two lines: what failed, then the error naming the
-feature, table, values and valid range. Other errors propagate with their full traceback.
+feature, table, values and valid range. An error TensorFlow raises (an op error such as `InvalidArgumentError`,
+or a shape or type error while building the graph) is a few lines: the program's line that called into TensorFlow,
+then the error's cause; exit status 1. Other errors (the program's own) propagate with their full traceback.
 
 Each TPUEstimator the program builds with `use_tpu=True` prints one line (on stdout) saying how many shards and hosts
 it runs on and where the number comes from (`TPUConfig(num_shards=...)`, `--num_shards`, the GPU count).
@@ -160,6 +163,56 @@ def _config_error_origin(exc: BaseException, outer: Optional[BaseException] = No
     if not user:
         return "tpu_estimator"
     return "{}:{} in {}".format(user[-1].filename, user[-1].lineno, user[-1].name)
+
+
+def _raised_by_tensorflow(exc: BaseException) -> bool:
+    """A TensorFlow op error, or an error raised inside TensorFlow's own code (shapes, types, graph building)."""
+    if any(c.__module__.startswith("tensorflow.") and c.__name__.endswith("Error") for c in type(exc).__mro__[:-2]):
+        return True
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and f"{os.sep}tensorflow{os.sep}" in frames[-1].filename
+
+
+def _user_frames(exc: BaseException) -> List[traceback.FrameSummary]:
+    """The frames of the program's own code (not ours, not installed packages, not the launcher's machinery)."""
+    site_packages = ("site-packages" + os.sep, "dist-packages" + os.sep)
+    return [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not _is_ours(f.filename)
+        and not any(p in f.filename for p in site_packages)
+        and f.filename != __file__
+        and not f.filename.startswith("<frozen")
+        and os.path.basename(f.filename) != "runpy.py"
+    ]
+
+
+def _tensorflow_error_lines(exc: BaseException) -> Optional[str]:
+    """An error TensorFlow raised, in a few lines: where in the program, then the error's cause; None for others.
+
+    The program's innermost frame is where it called into TensorFlow (or into us); TensorFlow's own frames and ours
+    are left to `--traceback`. An op error's message is its cause (the failed op's message, without the graph
+    error's header and decorations: `commands.op_error_cause`).
+    """
+    if not _raised_by_tensorflow(exc):
+        return None
+    user = _user_frames(exc)
+    message = str(exc).strip()
+    import tensorflow as tf
+
+    if isinstance(exc, tf.errors.OpError):
+        from tpu_estimator.app import commands
+
+        message = commands.op_error_cause(exc)
+    message = message.splitlines()[0] if message else ""
+    lines = ["{}: TensorFlow raised an error (--traceback shows the full traceback)".format(_PROG)]
+    if user:
+        frame = user[-1]
+        lines.append('  File "{}", line {}, in {}'.format(frame.filename, frame.lineno, frame.name))
+        if frame.line:
+            lines.append("    " + frame.line.strip())
+    lines.append("{}: {}".format(type(exc).__name__, message[:500]))
+    return "\n".join(lines) + "\n"
 
 
 _TPU_FLAGS = ("--tpu", "--tpu_name", "--master")
@@ -351,7 +404,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         error = _traced_error(e)
         origin = _config_error_origin(error, outer=e if error is not e else None)
         if origin is None:
-            raise
+            tensorflow_error = _tensorflow_error_lines(e)
+            if tensorflow_error is None or show_traceback:
+                raise
+            sys.stderr.write(tensorflow_error)
+            return 1
         if show_traceback:
             traceback.print_exc()
         # Like a Python traceback, the last line is the error itself.
