@@ -132,6 +132,8 @@ def _traced_error(exc: BaseException) -> BaseException:
 
 
 def _user_frames(frames: List[traceback.FrameSummary]) -> List[traceback.FrameSummary]:
+    """The frames of the program's own code (not ours, not installed packages, not the launcher's machinery, not
+    AutoGraph's generated code)."""
     site_packages = ("site-packages" + os.sep, "dist-packages" + os.sep)
     return [
         f
@@ -140,6 +142,7 @@ def _user_frames(frames: List[traceback.FrameSummary]) -> List[traceback.FrameSu
         and not any(p in f.filename for p in site_packages)
         and f.filename != __file__
         and not f.filename.startswith("<frozen")
+        and os.path.basename(f.filename) != "runpy.py"
         and "__autograph_generated_file" not in f.filename
     ]
 
@@ -173,20 +176,6 @@ def _raised_by_tensorflow(exc: BaseException) -> bool:
     return bool(frames) and f"{os.sep}tensorflow{os.sep}" in frames[-1].filename
 
 
-def _user_frames(exc: BaseException) -> List[traceback.FrameSummary]:
-    """The frames of the program's own code (not ours, not installed packages, not the launcher's machinery)."""
-    site_packages = ("site-packages" + os.sep, "dist-packages" + os.sep)
-    return [
-        f
-        for f in traceback.extract_tb(exc.__traceback__)
-        if not _is_ours(f.filename)
-        and not any(p in f.filename for p in site_packages)
-        and f.filename != __file__
-        and not f.filename.startswith("<frozen")
-        and os.path.basename(f.filename) != "runpy.py"
-    ]
-
-
 def _tensorflow_error_lines(exc: BaseException) -> Optional[str]:
     """An error TensorFlow raised, in a few lines: where in the program, then the error's cause; None for others.
 
@@ -196,7 +185,7 @@ def _tensorflow_error_lines(exc: BaseException) -> Optional[str]:
     """
     if not _raised_by_tensorflow(exc):
         return None
-    user = _user_frames(exc)
+    user = _user_frames(traceback.extract_tb(exc.__traceback__))
     message = str(exc).strip()
     import tensorflow as tf
 
