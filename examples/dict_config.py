@@ -61,8 +61,8 @@ def make_input_fn(num_rows, seed, repeat):
 def model_fn(features, labels, mode, params):
     # Each embedding feature arrives as its activation: [per-shard batch, 8]; 'history' is the mean of its 3 rows.
     net = tf.concat([features["user"], features["query_item"], features["history"]], axis=1)
-    net = tf.compat.v1.layers.dense(net, 16, activation=tf.nn.relu)
-    logits = tf.squeeze(tf.compat.v1.layers.dense(net, 1), axis=1)
+    net = tf.keras.layers.Dense(16, activation=tf.nn.relu)(net)
+    logits = tf.squeeze(tf.keras.layers.Dense(1)(net), axis=1)
     if mode == te.estimator.ModeKeys.PREDICT:
         return te.TPUEstimatorSpec(mode, predictions={"probability": tf.sigmoid(logits)})
     loss = tf.compat.v1.losses.sigmoid_cross_entropy(labels, logits)

@@ -61,8 +61,8 @@ def model_fn(features, labels, mode, params):
     # Traced once for all shards, with params["batch_size"] = the per-shard batch; features["user"] and
     # features["item"] hold the looked-up activations, which input_layer (or DenseFeatures) reads like any column.
     net = tf.compat.v1.feature_column.input_layer(features, EMBEDDING_COLUMNS + [PRICE])
-    net = tf.compat.v1.layers.dense(net, 16, activation=tf.nn.relu)
-    logits = tf.squeeze(tf.compat.v1.layers.dense(net, 1), axis=1)
+    net = tf.keras.layers.Dense(16, activation=tf.nn.relu)(net)
+    logits = tf.squeeze(tf.keras.layers.Dense(1)(net), axis=1)
     if mode == te.estimator.ModeKeys.PREDICT:
         return te.TPUEstimatorSpec(mode, predictions={"probability": tf.sigmoid(logits)})
 

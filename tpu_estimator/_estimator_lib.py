@@ -53,6 +53,7 @@ if _upstream is not None:
     fn_args = _util.fn_args
     parse_input_fn_result = _util.parse_input_fn_result
     verify_model_fn_args = _estimator._verify_model_fn_args
+    load_global_step_from_checkpoint_dir = _estimator._load_global_step_from_checkpoint_dir
     WarmStartSettings = _estimator.WarmStartSettings
     VocabInfo = _estimator.VocabInfo
     TrainSpec = _training.TrainSpec
@@ -75,6 +76,7 @@ else:
     fn_args = _core.fn_args
     parse_input_fn_result = _core.parse_input_fn_result
     verify_model_fn_args = _core.verify_model_fn_args
+    load_global_step_from_checkpoint_dir = _core.load_global_step_from_checkpoint_dir
     WarmStartSettings = _core.WarmStartSettings
     VocabInfo = _core.VocabInfo
     export_lib = _core.export_lib

@@ -130,11 +130,61 @@ def test_progress_lines():
     assert cli_progress.format_duration(3723) == "1h02m03s"
     hook = cli_progress.ProgressHook(batch_size=100, last_step=1000)
     hook.last_loss = 0.5
-    assert hook._line(400, 2000.0) == "step 400/1000  loss 0.5000  2,000 examples/s  ETA 30s"
+    assert hook._line(400, 2000.0, 30.0) == "step 400/1000  loss 0.5000  2,000 examples/s  ETA 30s"
+    assert hook._line(400, 2000.0, None) == "step 400/1000  loss 0.5000  2,000 examples/s  ETA after the first loop"
+    assert hook._line(1000, 2000.0, 0.0) == "step 1000/1000  loss 0.5000  2,000 examples/s"
     hook.points = [(0.0, 0), (10.0, 100), (12.0, 200), (14.0, 300)]  # the first run includes warm-up
     assert hook.steps_run == 300
     assert hook.examples_per_sec() == pytest.approx(200 * 100 / 4.0)
     assert hook.examples_per_sec(skip_first_run=False) == pytest.approx(300 * 100 / 14.0)
+
+
+class _FakeSession:
+    """Answers the hook's `session.run(global_step)` with the simulated step."""
+
+    def __init__(self):
+        self.step = 0
+
+    def run(self, fetches):
+        return self.step
+
+
+class _FakeRunContext:
+    def __init__(self, session):
+        self.session = session
+
+
+@pytest.mark.quick
+def test_progress_eta_settles_within_the_first_tenth(monkeypatch):
+    """Simulated timings: 100 steps in loops of 10; the first loop takes 30 s (graph building and warm-up in it),
+    each later one 2 s. Every ETA printed from 10% of the steps on is within 2x of the true remaining time (the pace
+    of the first loop gave 270 s for 18 s left at step 10)."""
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(cli_progress.time, "time", lambda: clock["now"])
+    lines = []
+    with tf.Graph().as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        hook = cli_progress.ProgressHook(batch_size=32, last_step=100, every_secs=10.0, printer=lines.append)
+        hook.begin()
+        session = _FakeSession()
+        hook.after_create_session(session, None)
+        true_remaining = {}
+        for loop in range(10):
+            clock["now"] += 30.0 if loop == 0 else 2.0
+            session.step += 10
+            true_remaining[session.step] = (100 - session.step) * 0.2
+            hook.after_run(_FakeRunContext(session), None)
+    progress = [line for line in lines if line.startswith("step ")]
+    assert progress[0] == "step 10/100  11 examples/s  ETA after the first loop"
+    etas = {}
+    for line in progress[1:-1]:
+        step = int(line.split()[1].split("/")[0])
+        etas[step] = float(line.split("ETA ")[1].rstrip("s"))
+    assert etas and min(etas) <= 70
+    for step, eta in etas.items():
+        assert true_remaining[step] / 2 <= eta <= true_remaining[step] * 2, (step, eta, true_remaining[step])
+    assert progress[-1] == "step 100/100  160 examples/s"
+    assert len(progress) == 3, progress
 
 
 def test_progress_shows_the_last_step_even_before_its_period():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.test_readme import BLOCKS, REPO, subprocess_env
+from tests.docs.test_readme import BLOCKS, REPO, our_warnings, subprocess_env
 
 INCLUDED_IN_README = {b.include for b in BLOCKS if b.include}
 EXAMPLES = sorted(p.name for p in (REPO / "examples").glob("*.py"))
@@ -34,3 +34,17 @@ def test_example_runs_and_checks_itself(name, tmp_path: Path):
     assert result.returncode == 0, f"examples/{name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     assert "served" in result.stdout, result.stdout
     assert (tmp_path / "model").is_dir()  # EXAMPLE_MODEL_DIR is honoured
+    # No deprecation (or other) warning from our code or the example at default settings.
+    assert our_warnings(result.stderr) == []
+
+
+def test_our_warnings_finds_the_lines_of_our_files():
+    stderr = (
+        f"{REPO}/examples/x.py:64: UserWarning: `tf.layers.dense` is deprecated\n  net = ...\n"
+        "/usr/lib/python3/site-packages/tf_keras/src/backend.py:452: UserWarning: elsewhere\n"
+        f"{REPO}/tpu_estimator/y.py:3: DeprecationWarning: old\n"
+    )
+    assert our_warnings(stderr) == [
+        f"{REPO}/examples/x.py:64: UserWarning: `tf.layers.dense` is deprecated",
+        f"{REPO}/tpu_estimator/y.py:3: DeprecationWarning: old",
+    ]

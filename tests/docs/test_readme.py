@@ -78,6 +78,19 @@ def subprocess_env(tmp_path: Path) -> dict:
     return env
 
 
+_WARNING_LINE = re.compile(r"^(?P<file>\S+\.py):\d+: (?P<category>\w*Warning): ", re.MULTILINE)
+
+
+def our_warnings(stderr: str, *programs: Path) -> list:
+    """The Python warning lines in `stderr` raised from this repository's code or from `programs`."""
+    ours = [str(REPO)] + [str(p) for p in programs]
+    return [
+        match.group(0) + stderr[match.end() :].split("\n", 1)[0]
+        for match in _WARNING_LINE.finditer(stderr)
+        if any(match.group("file").startswith(prefix) for prefix in ours)
+    ]
+
+
 # ------------------------------------------------------------------------------------------------- all blocks
 @pytest.mark.quick
 def test_every_block_has_a_checked_language():
@@ -116,6 +129,8 @@ def test_python_blocks_run(block, tmp_path):
     )
     assert result.returncode == 0, f"{block_id(block)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     assert "served" in result.stdout, result.stdout
+    # No deprecation (or other) warning from our code or the program at default settings.
+    assert our_warnings(result.stderr, program) == []
 
 
 # ------------------------------------------------------------------------------------------------- yaml

@@ -27,6 +27,8 @@ PENDING: Set[str] = set()
 NOT_TENSORFLOW = {
     ESTIMATOR_LIB: {
         "_verify_model_fn_args",  # the Estimator library's own check, named once for both cores
+        # upstream's helper that public TPU programs call (compat/legacy_modules.py PRIVATE_HELPERS), for its paths
+        "_load_global_step_from_checkpoint_dir",
         # TPUEstimator's own members: with one process per host, train_and_evaluate runs its loop (tpu_estimator.py).
         "_trains_and_evaluates_on_hosts",
         "_train_and_evaluate_on_hosts",

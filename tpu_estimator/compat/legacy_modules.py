@@ -26,6 +26,13 @@ from tpu_estimator.compat import namespaces, tpu_ops
 _TPU_ESTIMATOR_NAMES = ("TPUEstimator", "TPUEstimatorSpec", "ExportSavedModelApiVersion")
 _TPU_CONFIG_NAMES = ("RunConfig", "TPUConfig", "InputPipelineConfig")
 
+# Private helpers of upstream's Estimator modules that public TPU programs call, by module suffix below
+# `python.estimator`: {private name: the active core's public name in `_estimator_lib`}. Each behaves as upstream's
+# (tests/compat/test_private_helpers.py lists the programs that call each one).
+PRIVATE_HELPERS: Dict[str, Dict[str, str]] = {
+    "estimator": {"_load_global_step_from_checkpoint_dir": "load_global_step_from_checkpoint_dir"},
+}
+
 
 def _names(source: Any, names) -> Dict[str, Any]:
     return {name: getattr(source, name) for name in names}
@@ -116,7 +123,7 @@ def _estimator_module_members() -> Dict[str, Dict[str, Any]]:
 
     export_names = _names(estimator_lib.export, estimator_lib.export.__all__)
     output_names = {name: value for name, value in export_names.items() if name.endswith("Output")}
-    return {
+    members = {
         "estimator": _names(estimator_lib, ("Estimator", "WarmStartSettings", "VocabInfo")),
         "run_config": dict(RunConfig=estimator_lib.RunConfig, TaskType=_estimator_lib.TaskType),
         "model_fn": _names(estimator_lib, ("EstimatorSpec", "ModeKeys")),
@@ -129,6 +136,9 @@ def _estimator_module_members() -> Dict[str, Dict[str, Any]]:
         "export.export_lib": export_names,
         "export.export_output": output_names,
     }
+    for suffix, helpers in PRIVATE_HELPERS.items():
+        members[suffix].update({name: getattr(_estimator_lib, ours) for name, ours in helpers.items()})
+    return members
 
 
 def estimator_path_modules(estimator: namespaces.Namespace) -> Dict[str, namespaces.Namespace]:

@@ -7,6 +7,7 @@ programs use, built on what TensorFlow core still has (`MonitoredTrainingSession
 """
 
 from tpu_estimator.estimator_core import export_lib, export_output
+from tpu_estimator.estimator_core.checkpoint_step import load_global_step_from_checkpoint_dir
 from tpu_estimator.estimator_core.cluster import TaskType
 from tpu_estimator.estimator_core.estimator import Estimator
 from tpu_estimator.estimator_core.exporters import BestExporter, Exporter, FinalExporter, LatestExporter
@@ -35,6 +36,7 @@ __all__ = [
     "export_output",
     "fn_args",
     "get_default_session_config",
+    "load_global_step_from_checkpoint_dir",
     "parse_input_fn_result",
     "train_and_evaluate",
     "verify_model_fn_args",

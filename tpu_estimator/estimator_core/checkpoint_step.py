@@ -5,7 +5,7 @@ Estimator cores (`tpu_estimator/checkpoints/train_guard.py`, which also warns) a
 """
 
 import numbers
-from typing import Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 
@@ -28,6 +28,26 @@ def checkpoint_global_step(model_dir: str) -> Optional[int]:
         return global_step_in(path)
     except (tf.errors.OpError, ValueError):
         return None
+
+
+def load_global_step_from_checkpoint_dir(checkpoint_dir: str) -> Any:
+    """Upstream's `estimator._load_global_step_from_checkpoint_dir`, which public TPU programs call to resume
+    (tensorflow/tpu's EfficientNet `main.py` and others; `tpu_estimator/compat/legacy_modules.py` lists them).
+
+    As upstream's: the global step tensor's value as the checkpoint reader returns it (a NumPy integer), and 0 for
+    any failure (no directory, no checkpoint, no global step in it, an unreadable file).
+
+    Args:
+      checkpoint_dir: a model directory.
+
+    Returns:
+      The latest checkpoint's global step, or 0.
+    """
+    try:
+        reader = tf.compat.v1.train.NewCheckpointReader(tf.train.latest_checkpoint(checkpoint_dir))
+        return reader.get_tensor(tf.compat.v1.GraphKeys.GLOBAL_STEP)
+    except Exception:  # noqa: BLE001 - upstream returns 0 on any failure (a bare except there).
+        return 0
 
 
 def reached_max_steps(model_dir: str, steps: Optional[int], max_steps: Optional[int]) -> Optional[int]:
