@@ -22,7 +22,7 @@ EXAMPLES = os.path.join(REPO, "examples", "tf2")
 PROGRAMS = os.path.join(REPO, "tests", "programs")
 TIMEOUT_SECS = 240
 NUM_VIDEOS, NUM_USERS, DIM = 32, 24, 4
-NUM_WORDS, NUM_ITEMS = 40, 16
+NUM_WORDS, NUM_ITEMS = 40, 16  # NUM_ITEMS also the TFRS program's
 GLOBAL_BATCH = 16
 STEPS = 6
 
@@ -52,7 +52,17 @@ def _v2_data():
     }
 
 
-DATA = {"mid_level": _mid_level_data, "v2": _v2_data}
+def _tfrs_data():
+    rng = np.random.RandomState(9)
+    num_rows = 64
+    return {
+        "user": rng.randint(0, NUM_USERS, num_rows),
+        "item": rng.randint(0, NUM_ITEMS, num_rows),
+        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
+    }
+
+
+DATA = {"mid_level": _mid_level_data, "v2": _v2_data, "tfrs": _tfrs_data}
 
 
 def _runs():
@@ -63,6 +73,8 @@ def _runs():
         # 2 hosts x 2 shards (tpu-estimator-hosts): host 0's program drives both hosts' shards.
         "mid_level_hosts": ("tpu_embedding_mid_level.py", ["--num_shards=2"], "mid_level"),
         "v2_hosts": ("tpu_embedding_v2_loop.py", ["--num_shards=2"], "v2"),
+        "tfrs_2": ("tfrs_keras_fit.py", ["--num_shards=2"], "tfrs"),
+        "tfrs_hosts": ("tfrs_keras_fit.py", ["--num_shards=2"], "tfrs"),
         "spatial_split": (os.path.join(PROGRAMS, "tf2_model_parallel.py"), ["--num_shards=2"], None),
     }
 
@@ -242,6 +254,47 @@ def _v2_reference(data, initial, steps, table_lr=0.1, l2=0.01, dense_lr=0.01):
     return final, np.array(losses)
 
 
+def _tfrs_reference(data, initial, steps, table_lr=0.2, dense_lr=0.1):
+    """Keras fit with the TFRS layer on the global batch: TPU SGD tables, Keras SGD dense layers.
+
+    Returns:
+      (final state by checkpoint name, per-step losses, loss of the first batch before and after training).
+    """
+    f64 = {k: np.asarray(v, np.float64) for k, v in initial.items()}
+    prefix = "model/embedding/_tpu_embedding/"
+    tables = {name: f64[prefix + name] for name in ("users", "items")}
+    dense = {k: f64["model/" + k] for k in ("hidden/kernel", "hidden/bias", "logit/kernel", "logit/bias")}
+    num_rows = len(data["clicked"])
+
+    def forward(rows):
+        x = np.concatenate([tables["users"][data["user"][rows]], tables["items"][data["item"][rows]]], 1)
+        pre = x @ dense["hidden/kernel"] + dense["hidden/bias"]
+        h = np.maximum(pre, 0)
+        z = (h @ dense["logit/kernel"] + dense["logit/bias"])[:, 0]
+        y = data["clicked"][rows].astype(np.float64)
+        loss = (np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))).mean()
+        return x, pre, h, z, y, loss
+
+    baseline = forward(np.arange(GLOBAL_BATCH))[5]
+    losses = []
+    for s in range(steps):
+        rows = np.arange(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH) % num_rows
+        x, pre, h, z, y, loss = forward(rows)
+        losses.append(loss)
+        dz = (_sigmoid(z) - y)[:, None] / GLOBAL_BATCH
+        grads = {"logit/kernel": h.T @ dz, "logit/bias": dz.sum(0)}
+        dh = (dz @ dense["logit/kernel"].T) * (pre > 0)
+        grads.update({"hidden/kernel": x.T @ dh, "hidden/bias": dh.sum(0)})
+        dx = dh @ dense["hidden/kernel"].T
+        for name, ids, g in (("users", data["user"][rows], dx[:, :DIM]), ("items", data["item"][rows], dx[:, DIM:])):
+            np.subtract.at(tables[name], ids, table_lr * g)
+        for k in dense:
+            dense[k] = dense[k] - dense_lr * grads[k]
+    final = {prefix + name: value for name, value in tables.items()}
+    final.update({"model/" + k: v for k, v in dense.items()})
+    return final, np.array(losses), baseline, forward(np.arange(GLOBAL_BATCH))[5]
+
+
 # ------------------------------------------------------------------------------------------------------- tests
 @pytest.mark.parametrize("name", ["mid_level_2", "mid_level_hosts"])
 def test_mid_level_program_trains_to_the_reference_on_two_shards_and_two_hosts(runs, name):
@@ -278,6 +331,20 @@ def test_v2_loop_trains_to_the_reference_on_two_shards_and_two_hosts(runs, name,
         np.testing.assert_allclose(final[name], value, atol=1e-5, rtol=0, err_msg=name)
         assert not np.allclose(final[name], initial[name]), name
     np.testing.assert_allclose(results["losses"], losses, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["tfrs_2", "tfrs_hosts"])
+def test_keras_fit_with_the_tfrs_layer_trains_to_the_reference(runs, name):
+    results, work_dir, data, output = _succeeded(runs, name)
+    initial, final = _checkpoint(work_dir, 0), _checkpoint(work_dir, 1)
+    expected, losses, baseline, eval_loss = _tfrs_reference(data, initial, STEPS)
+    for key, value in expected.items():
+        np.testing.assert_allclose(final[key], value, atol=1e-5, rtol=0, err_msg=key)
+        assert not np.allclose(final[key], initial[key]), key
+    # fit's loss is the mean of the steps' losses over the epoch; evaluate sees the first batch.
+    np.testing.assert_allclose(results["loss"], [losses.mean()], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(results["baseline_loss"], baseline, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(results["eval_loss"], eval_loss, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize(
