@@ -27,6 +27,8 @@ NOT_TENSORFLOW = {
         "_train_and_evaluate_on_hosts",
     },
     "tpu_estimator/cluster_server.py": {"_exit"},  # os._exit: a server process ends without Python's clean-up
+    # os._exit: a TF2 program's host process (not the client) ends once the client is gone, without Python's clean-up
+    "tpu_estimator/compat/tpu_hosts.py": {"_exit"},
     # TPUEstimator's own class attribute saying it replicates in one graph (tpu_estimator.py).
     "tpu_estimator/estimator_core/distributed_training.py": {"_REPLICATES_IN_GRAPH"},
     "tpu_estimator/estimator_core/run_config.py": {"_save_checkpoints_secs", "_save_checkpoints_steps"},  # its own
