@@ -13,10 +13,11 @@ duplicate names, like upstream `TPUEmbedding.__init__`.
 """
 
 import collections
+import collections.abc
 import math
 import numbers
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -447,12 +448,29 @@ def looks_like_feature_config(obj: Any) -> bool:
 def _walk(structure: Any, prefix: Tuple[Any, ...]) -> List[Tuple[Tuple[Any, ...], Any]]:
     if looks_like_feature_config(structure):
         return [(prefix, structure)]
-    if isinstance(structure, Mapping):
+    if isinstance(structure, collections.abc.Mapping):  # also Keras' `_DictWrapper`, unlike typing.Mapping
         return [pair for key in sorted(structure) for pair in _walk(structure[key], prefix + (key,))]
     if isinstance(structure, (list, tuple)):
         keys = getattr(structure, "_fields", None) or range(len(structure))  # namedtuples by field name
         return [pair for key, item in zip(keys, structure) for pair in _walk(item, prefix + (key,))]
     return [(prefix, structure)]
+
+
+def plain_nest(structure: Any) -> Any:
+    """`structure` with every mapping a plain `dict` and every list a plain `list` (namedtuples and tuples kept).
+
+    Keras and `tf.Module` attributes wrap the nests they hold (`_DictWrapper`, `ListWrapper`); a feature config
+    taken from one (e.g. by TensorFlow Recommenders' `TPUEmbedding` layer) is read as the plain nest it wraps.
+    """
+    if looks_like_feature_config(structure):
+        return structure
+    if isinstance(structure, collections.abc.Mapping):  # also Keras' `_DictWrapper`, unlike typing.Mapping
+        return {key: plain_nest(value) for key, value in structure.items()}
+    if isinstance(structure, list):
+        return [plain_nest(item) for item in structure]
+    if isinstance(structure, tuple) and not hasattr(structure, "_fields"):
+        return tuple(plain_nest(item) for item in structure)
+    return structure
 
 
 def join_path(path: Sequence[Any]) -> str:

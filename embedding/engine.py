@@ -150,6 +150,7 @@ class EmbeddingEngine(tf.Module):
     ):
         super().__init__(name=None)
         self._exchange = shard_exchange
+        feature_config = config_lib.plain_nest(feature_config)
         resolved = config_lib.resolve_feature_config(feature_config)
         if isinstance(feature_config, list) and all(
             isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in feature_config

@@ -2,7 +2,7 @@
 
 Written as for a TPU with SparseCores: `TPUStrategy`, the lookup inside the step (`embedding(features)` returns the
 activations and the preserved outputs that `apply_gradients` takes back), a `tf.function` over `tf.range`, a Keras
-model and Adam for the dense part, a checkpoint before and after training. It never imports tpu_estimator. Here,
+model and Adam for the dense part (FTRL for the tables), a checkpoint before and after training. It never imports tpu_estimator. Here,
 on 2 shards of this machine:
 
     tpu-estimator-run --num_shards=2 examples/tf2/tpu_embedding_v2_loop.py --data=data.npz --model_dir=/tmp/m
@@ -75,7 +75,7 @@ def main(argv):
     with strategy.scope():
         embedding = tf.tpu.experimental.embedding.TPUEmbeddingV2(
             feature_config=feature_config,
-            optimizer=tf.tpu.experimental.embedding.Adam(learning_rate=0.01),
+            optimizer=tf.tpu.experimental.embedding.FTRL(learning_rate=0.1, l2_regularization_strength=0.01),
         )
         model = tf.keras.Sequential([tf.keras.layers.Dense(6, activation="tanh"), tf.keras.layers.Dense(1)])
         model.build((None, 2 * DIM))

@@ -22,7 +22,7 @@ EXAMPLES = os.path.join(REPO, "examples", "tf2")
 PROGRAMS = os.path.join(REPO, "tests", "programs")
 TIMEOUT_SECS = 240
 NUM_VIDEOS, NUM_USERS, DIM = 32, 24, 4
-NUM_WORDS, NUM_ITEMS = 40, 16
+NUM_WORDS, NUM_ITEMS = 40, 16  # NUM_ITEMS also the TFRS program's
 GLOBAL_BATCH = 16
 STEPS = 6
 
@@ -52,16 +52,29 @@ def _v2_data():
     }
 
 
-DATA = {"mid_level": _mid_level_data, "v2": _v2_data}
+def _tfrs_data():
+    rng = np.random.RandomState(9)
+    num_rows = 64
+    return {
+        "user": rng.randint(0, NUM_USERS, num_rows),
+        "item": rng.randint(0, NUM_ITEMS, num_rows),
+        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
+    }
+
+
+DATA = {"mid_level": _mid_level_data, "v2": _v2_data, "tfrs": _tfrs_data}
 
 
 def _runs():
     """name -> (program, launcher options, data set)."""
     return {
         "mid_level_2": ("tpu_embedding_mid_level.py", ["--num_shards=2"], "mid_level"),
-        "mid_level_1": ("tpu_embedding_mid_level.py", ["--num_shards=1"], "mid_level"),
         "v2_2": ("tpu_embedding_v2_loop.py", ["--num_shards=2"], "v2"),
-        "model_parallel": (os.path.join(PROGRAMS, "tf2_model_parallel.py"), ["--num_shards=2"], None),
+        # 2 hosts x 2 shards (tpu-estimator-hosts): host 0's program drives both hosts' shards.
+        "mid_level_hosts": ("tpu_embedding_mid_level.py", ["--num_shards=2"], "mid_level"),
+        "v2_hosts": ("tpu_embedding_v2_loop.py", ["--num_shards=2"], "v2"),
+        "tfrs_2": ("tfrs_keras_fit.py", ["--num_shards=2"], "tfrs"),
+        "tfrs_hosts": ("tfrs_keras_fit.py", ["--num_shards=2"], "tfrs"),
         "spatial_split": (os.path.join(PROGRAMS, "tf2_model_parallel.py"), ["--num_shards=2"], None),
     }
 
@@ -81,6 +94,8 @@ def runs(tmp_path_factory):
         work_dir = os.path.join(root, name)
         os.makedirs(work_dir)
         command = [sys.executable, "-m", "tpu_estimator.compat.launcher", *options, os.path.join(EXAMPLES, program)]
+        if name.endswith("_hosts"):
+            command[:0] = [sys.executable, "-m", "tpu_estimator.app.hosts", "--num_hosts=2", "--grace_secs=20", "--"]
         if data_name is None:  # The error programs.
             command[-1:] = [program] + (["--split"] if name == "spatial_split" else [])
         else:
@@ -188,12 +203,12 @@ def _mid_level_reference(data, initial, steps, table_lr=0.1, dense_lr=0.1):
     return final, np.array(losses), eval_loss
 
 
-def _v2_reference(data, initial, steps, table_lr=0.01, dense_lr=0.01):
-    """The TPUEmbeddingV2 loop on the global batch: lazy TPU Adam tables, Keras Adam dense layers (tanh)."""
+def _v2_reference(data, initial, steps, table_lr=0.1, l2=0.01, dense_lr=0.01):
+    """The TPUEmbeddingV2 loop on the global batch: TPU FTRL tables (rows of the step), Keras Adam dense layers."""
     f64 = {k: np.asarray(v, np.float64) for k, v in initial.items()}
     tables = {}
     for name in ("words", "items"):
-        tables[name] = optimizer_oracle.init_state("adam", f64["embedding/" + name])
+        tables[name] = optimizer_oracle.init_state("ftrl", f64["embedding/" + name], initial_accumulator_value=0.1)
     dense = {"w%d" % i: f64["model/layer_with_weights-%d/kernel" % i] for i in (0, 1)}
     dense.update({"b%d" % i: f64["model/layer_with_weights-%d/bias" % i] for i in (0, 1)})
     moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in dense.items()}
@@ -218,8 +233,8 @@ def _v2_reference(data, initial, steps, table_lr=0.01, dense_lr=0.01):
         dx = dh @ dense["w0"].T
         word_ids = np.concatenate(queries)
         word_grads = np.concatenate([np.repeat(dx[i : i + 1, :DIM], len(ids), 0) for i, ids in enumerate(queries)])
-        tables["words"] = optimizer_oracle.lazy_table_step("adam", tables["words"], word_ids, word_grads, table_lr)
-        tables["items"] = optimizer_oracle.lazy_table_step("adam", tables["items"], items, dx[:, DIM:], table_lr)
+        for name, ids, table_grads in (("words", word_ids, word_grads), ("items", items, dx[:, DIM:])):
+            tables[name] = optimizer_oracle.lazy_table_step("ftrl", tables[name], ids, table_grads, table_lr, l2=l2)
         t = s + 1
         alpha = dense_lr * np.sqrt(1 - 0.999**t) / (1 - 0.9**t)
         for k, g in grads.items():
@@ -231,20 +246,69 @@ def _v2_reference(data, initial, steps, table_lr=0.01, dense_lr=0.01):
     final = {}
     for name, state in tables.items():
         final["embedding/" + name] = state["params"]
-        final["embedding/%s.Smomenta" % name] = state["momenta"]
-        final["embedding/%s.Svelocities" % name] = state["velocities"]
+        final["embedding/%s.Saccumulators" % name] = state["accumulators"]
+        final["embedding/%s.Slinears" % name] = state["linears"]
     for i in (0, 1):
         final["model/layer_with_weights-%d/kernel" % i] = dense["w%d" % i]
         final["model/layer_with_weights-%d/bias" % i] = dense["b%d" % i]
     return final, np.array(losses)
 
 
+def _tfrs_reference(data, initial, steps, table_lr=0.2, dense_lr=0.1):
+    """Keras fit with the TFRS layer on the global batch: TPU SGD tables, Keras SGD dense layers.
+
+    Returns:
+      (final state by checkpoint name, per-step losses, loss of the first batch before and after training).
+    """
+    f64 = {k: np.asarray(v, np.float64) for k, v in initial.items()}
+    prefix = "model/embedding/_tpu_embedding/"
+    tables = {name: f64[prefix + name] for name in ("users", "items")}
+    dense = {k: f64["model/" + k] for k in ("hidden/kernel", "hidden/bias", "logit/kernel", "logit/bias")}
+    num_rows = len(data["clicked"])
+
+    def forward(rows):
+        x = np.concatenate([tables["users"][data["user"][rows]], tables["items"][data["item"][rows]]], 1)
+        pre = x @ dense["hidden/kernel"] + dense["hidden/bias"]
+        h = np.maximum(pre, 0)
+        z = (h @ dense["logit/kernel"] + dense["logit/bias"])[:, 0]
+        y = data["clicked"][rows].astype(np.float64)
+        loss = (np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))).mean()
+        return x, pre, h, z, y, loss
+
+    baseline = forward(np.arange(GLOBAL_BATCH))[5]
+    losses = []
+    for s in range(steps):
+        rows = np.arange(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH) % num_rows
+        x, pre, h, z, y, loss = forward(rows)
+        losses.append(loss)
+        dz = (_sigmoid(z) - y)[:, None] / GLOBAL_BATCH
+        grads = {"logit/kernel": h.T @ dz, "logit/bias": dz.sum(0)}
+        dh = (dz @ dense["logit/kernel"].T) * (pre > 0)
+        grads.update({"hidden/kernel": x.T @ dh, "hidden/bias": dh.sum(0)})
+        dx = dh @ dense["hidden/kernel"].T
+        for name, ids, g in (("users", data["user"][rows], dx[:, :DIM]), ("items", data["item"][rows], dx[:, DIM:])):
+            np.subtract.at(tables[name], ids, table_lr * g)
+        for k in dense:
+            dense[k] = dense[k] - dense_lr * grads[k]
+    final = {prefix + name: value for name, value in tables.items()}
+    final.update({"model/" + k: v for k, v in dense.items()})
+    return final, np.array(losses), baseline, forward(np.arange(GLOBAL_BATCH))[5]
+
+
 # ------------------------------------------------------------------------------------------------------- tests
-def test_mid_level_program_trains_to_the_reference_on_two_shards(runs):
-    results, work_dir, data, output = _succeeded(runs, "mid_level_2")
+@pytest.mark.parametrize("name", ["mid_level_2", "mid_level_hosts"])
+def test_mid_level_program_trains_to_the_reference_on_two_shards_and_two_hosts(runs, name):
+    results, work_dir, data, output = _succeeded(runs, name)
     assert "running on 2 shards on logical CPU devices" in output
-    assert results["num_replicas"] == 2
-    assert [d.rsplit("/", 1)[1] for d in results["worker_devices"]] == ["device:CPU:0", "device:CPU:1"]
+    if name == "mid_level_hosts":
+        assert "[host 1] tpu-estimator-run: host 1 serves its 2 shards to the program on host 0" in output
+        assert results["num_replicas"] == 4
+        assert results["worker_devices"] == [
+            "/job:worker/replica:0/task:%d/device:CPU:%d" % (host, i) for host in (0, 1) for i in (0, 1)
+        ]
+    else:
+        assert results["num_replicas"] == 2
+        assert [d.rsplit("/", 1)[1] for d in results["worker_devices"]] == ["device:CPU:0", "device:CPU:1"]
     assert results["checkpoints"] == ["ckpt-0", "ckpt-%d" % STEPS]
     initial, final = _checkpoint(work_dir, 0), _checkpoint(work_dir, STEPS)
     expected, losses, eval_loss = _mid_level_reference(data, initial, STEPS)
@@ -257,26 +321,10 @@ def test_mid_level_program_trains_to_the_reference_on_two_shards(runs):
     np.testing.assert_allclose(results["eval_loss"], eval_loss, atol=1e-5, rtol=0)
 
 
-def test_mid_level_program_on_one_shard_gives_the_same_numbers(runs):
-    results_1, work_dir_1, _, _ = _succeeded(runs, "mid_level_1")
-    results_2, work_dir_2, _, _ = _succeeded(runs, "mid_level_2")
-    assert results_1["num_replicas"] == 1
-    initial_1, initial_2 = _checkpoint(work_dir_1, 0), _checkpoint(work_dir_2, 0)
-    final_1, final_2 = _checkpoint(work_dir_1, STEPS), _checkpoint(work_dir_2, STEPS)
-    # Random initial values differ between runs; the step from them is what must agree: compare each run with the
-    # reference from its own start, then the 1-shard run's update against the 2-shard run's reference.
-    data = runs["mid_level_1"][3]
-    expected_1, losses_1, _ = _mid_level_reference(data, initial_1, STEPS)
-    for name, value in expected_1.items():
-        np.testing.assert_allclose(final_1[name], value, atol=1e-5, rtol=0, err_msg=name)
-    np.testing.assert_allclose(results_1["losses"], losses_1, atol=1e-5, rtol=0)
-    assert set(final_1) == set(final_2)
-    assert set(initial_1) == set(initial_2)
-
-
-def test_v2_loop_trains_to_the_reference_on_two_shards(runs):
-    results, work_dir, data, output = _succeeded(runs, "v2_2")
-    assert results["num_replicas"] == 2
+@pytest.mark.parametrize("name, replicas", [("v2_2", 2), ("v2_hosts", 4)])
+def test_v2_loop_trains_to_the_reference_on_two_shards_and_two_hosts(runs, name, replicas):
+    results, work_dir, data, output = _succeeded(runs, name)
+    assert results["num_replicas"] == replicas
     initial, final = _checkpoint(work_dir, 0), _checkpoint(work_dir, STEPS)
     expected, losses = _v2_reference(data, initial, STEPS)
     for name, value in expected.items():
@@ -285,14 +333,23 @@ def test_v2_loop_trains_to_the_reference_on_two_shards(runs):
     np.testing.assert_allclose(results["losses"], losses, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("name", ["tfrs_2", "tfrs_hosts"])
+def test_keras_fit_with_the_tfrs_layer_trains_to_the_reference(runs, name):
+    results, work_dir, data, output = _succeeded(runs, name)
+    initial, final = _checkpoint(work_dir, 0), _checkpoint(work_dir, 1)
+    expected, losses, baseline, eval_loss = _tfrs_reference(data, initial, STEPS)
+    for key, value in expected.items():
+        np.testing.assert_allclose(final[key], value, atol=1e-5, rtol=0, err_msg=key)
+        assert not np.allclose(final[key], initial[key]), key
+    # fit's loss is the mean of the steps' losses over the epoch; evaluate sees the first batch.
+    np.testing.assert_allclose(results["loss"], [losses.mean()], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(results["baseline_loss"], baseline, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(results["eval_loss"], eval_loss, atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize(
     "name, error",
     [
-        (
-            "model_parallel",
-            "UnsupportedOffTPUError: TPUStrategy(experimental_device_assignment=...) with 2 cores per replica is model "
-            "parallelism, which needs a TPU",
-        ),
         (
             "spatial_split",
             "UnsupportedOffTPUError: TPUStrategy.experimental_split_to_logical_devices(tensor, [1, 2, 1, 1]) splits "

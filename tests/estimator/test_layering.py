@@ -36,6 +36,8 @@ NOT_TENSORFLOW = {
     "tpu_estimator/app/cluster_server.py": {"_exit"},  # os._exit: a server process ends without Python's clean-up
     # os._exit: Ctrl-C ends the CLI at once (as SIGINT's default action), after its one line, even inside a loop.
     "tpu_estimator/app/interrupt.py": {"_exit"},
+    # os._exit: a TF2 program's host process (not the client) ends once the client is gone, without Python's clean-up
+    "tpu_estimator/compat/tpu_hosts.py": {"_exit"},
     # TPUEstimator's own class attribute saying it replicates in one graph (tpu_estimator.py).
     "tpu_estimator/estimator_core/distributed_training.py": {"_REPLICATES_IN_GRAPH"},
     "tpu_estimator/estimator_core/run_config.py": {"_save_checkpoints_secs", "_save_checkpoints_steps"},  # its own

@@ -29,6 +29,8 @@ import tensorflow as tf
 from tpu_estimator.compat import cluster_resolver as cluster_resolver_lib
 from tpu_estimator.hosts import shard_devices as devices_lib
 from tpu_estimator.specs.context import UnsupportedOffTPUError
+from tpu_estimator.compat import tpu_hosts
+from tpu_estimator.context import UnsupportedOffTPUError
 
 __all__ = [
     "ExperimentalTPUStrategy",
@@ -126,18 +128,35 @@ def ensure_shard_devices(num_shards: int) -> list:
     return devices
 
 
-def shard_topology(num_shards: int) -> tf.tpu.experimental.Topology:
-    """A `Topology` of one task whose cores are the shards: chips of 2 cores (mesh `[num_shards / 2, 1, 1, 2]`, as
-    TPU v2/v3 chips) for an even shard count, else one core per chip (`[num_shards, 1, 1, 1]`).
+def shard_topology(num_shards: int, num_hosts: int = 1) -> tf.tpu.experimental.Topology:
+    """A `Topology` of `num_hosts` tasks whose cores are the shards: chips of 2 cores (as TPU v2/v3 chips) for an
+    even shard count per host, else one core per chip; chips along the mesh's first axis, host after host.
 
-    So `DeviceAssignment.build(topology, num_replicas=num_shards)` is one core per replica, and a program's
-    `computation_shape=[1, 1, 1, 2]` (two cores of a chip per replica) builds and is then refused by the strategy
-    as model parallelism.
+    So `DeviceAssignment.build(topology, num_replicas=num_hosts * num_shards)` is one core per replica, and a
+    program's `computation_shape=[1, 1, 1, 2]` (two cores of a chip per replica) builds and is then refused by the
+    strategy as model parallelism.
     """
     cores = 2 if num_shards % 2 == 0 else 1
     chips = num_shards // cores
-    coordinates = np.array([[[chip, 0, 0, core] for chip in range(chips) for core in range(cores)]], dtype=np.int32)
-    return tf.tpu.experimental.Topology(mesh_shape=[chips, 1, 1, cores], device_coordinates=coordinates)
+    coordinates = np.array(
+        [
+            [[host * chips + chip, 0, 0, core] for chip in range(chips) for core in range(cores)]
+            for host in range(num_hosts)
+        ],
+        dtype=np.int32,
+    )
+    return tf.tpu.experimental.Topology(mesh_shape=[chips * num_hosts, 1, 1, cores], device_coordinates=coordinates)
+
+
+def _all_shard_devices(resolver: cluster_resolver_lib.TPUClusterResolver) -> tuple:
+    """`(shard devices of every host, number of hosts)`; with several hosts (`tpu_hosts`) the first call joins them
+    (and never returns on a host other than the client)."""
+    num_shards = _num_shards(resolver)
+    local = ensure_shard_devices(num_shards)
+    joined = tpu_hosts.shard_devices(num_shards, _TF_CONNECT_TO_CLUSTER)
+    if joined is None:
+        return local, 1
+    return joined, len(joined) // num_shards
 
 
 def initialize_tpu_system(cluster_resolver: Any = None) -> tf.tpu.experimental.Topology:
@@ -153,9 +172,8 @@ def initialize_tpu_system(cluster_resolver: Any = None) -> tf.tpu.experimental.T
       TypeError / UnsupportedOffTPUError: see `MirroredTPUStrategy`.
     """
     resolver = _resolver_or_default(cluster_resolver, "initialize_tpu_system")
-    num_shards = _num_shards(resolver)
-    ensure_shard_devices(num_shards)
-    return shard_topology(num_shards)
+    devices, num_hosts = _all_shard_devices(resolver)
+    return shard_topology(len(devices) // num_hosts, num_hosts)
 
 
 def shutdown_tpu_system(cluster_resolver: Any = None) -> None:
@@ -186,8 +204,7 @@ def experimental_connect_to_cluster(
             make_master_device_default=make_master_device_default,
             cluster_device_filters=cluster_device_filters,
         )
-    resolver = _resolver_or_default(cluster_spec_or_resolver, "experimental_connect_to_cluster")
-    ensure_shard_devices(_num_shards(resolver))
+    _all_shard_devices(_resolver_or_default(cluster_spec_or_resolver, "experimental_connect_to_cluster"))
     return None
 
 
@@ -198,6 +215,11 @@ class TPUHardwareFeature:
     def __init__(self):
         self.embedding_feature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature.V1
         self.num_embedding_devices_per_chip = 1
+
+
+def _num_hosts_named() -> int:
+    cluster = tpu_hosts.host_job()
+    return 1 if cluster is None else cluster.num_hosts
 
 
 def _check_device_assignment(device_assignment: Any, num_shards: int) -> None:
@@ -248,17 +270,23 @@ class MirroredTPUStrategy(tf.distribute.MirroredStrategy):
         experimental_spmd_xla_partitioning: bool = False,
     ):
         resolver = _resolver_or_default(tpu_cluster_resolver, "TPUStrategy(tpu_cluster_resolver=...)")
-        num_shards = _num_shards(resolver)
-        _check_device_assignment(experimental_device_assignment, num_shards)
-        devices = ensure_shard_devices(num_shards)
-        super().__init__(devices=devices)
+        _check_device_assignment(experimental_device_assignment, _num_shards(resolver) * _num_hosts_named())
+        devices, num_hosts = _all_shard_devices(resolver)
+        if num_hosts == 1:
+            super().__init__(devices=devices)
+        else:
+            # One client driving every host's devices (tpu_hosts.py). MirroredStrategy refuses devices of several
+            # tasks only while it is built eagerly; built outside eager mode it sets up the same (one input
+            # pipeline on the client, replicas on every device), and its steps run as functions.
+            with tf.Graph().as_default():
+                super().__init__(devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
         self._tpu_cluster_resolver = resolver
         self._device_assignment = experimental_device_assignment
         self._spmd_xla_partitioning = bool(experimental_spmd_xla_partitioning)
         # What TPU programs and layers (TensorFlow Recommenders' TPUEmbedding) read off `extended`.
         self.extended.tpu_hardware_feature = TPUHardwareFeature()
-        self.extended.num_hosts = 1
-        self.extended.num_replicas_per_host = num_shards
+        self.extended.num_hosts = num_hosts
+        self.extended.num_replicas_per_host = len(devices) // num_hosts
 
     @property
     def cluster_resolver(self) -> cluster_resolver_lib.TPUClusterResolver:
