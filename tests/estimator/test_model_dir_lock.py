@@ -24,8 +24,8 @@ MAX_STEPS = 5
 TIMEOUT_SECS = 240
 
 
-def start_trainer(model_dir, max_steps=MAX_STEPS, gate=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
+def start_trainer(model_dir, max_steps=MAX_STEPS, gate=None, **environment):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO, **environment)
     command = [sys.executable, "-m", "tests.estimator.guarded_trainer", str(model_dir), str(max_steps)]
     if gate is not None:
         command.append(str(gate))
@@ -130,6 +130,66 @@ def test_killed_trainer_resumes_bit_identically_taking_over_its_lock(tmp_path, u
     assert not (model_dir / LOCK_FILE_NAME).exists()
 
 
+def test_a_stopped_trainer_keeps_its_lock_however_old_its_heartbeat(tmp_path, undisturbed):
+    # A trainer paused (SIGSTOP, a debugger, swapped out) longer than the heartbeat's stale window is alive on this
+    # machine: a second trainer must not take its lock over (both would write checkpoints into model_dir).
+    model_dir, gate = tmp_path / "model", tmp_path / "gate"
+    stale = {model_dir_lock.STALE_AFTER_ENV: "2"}
+    stopped = start_trainer(model_dir, gate=gate, **stale)
+    try:
+        wait_for(str(gate) + ".waiting", stopped)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        time.sleep(3)  # its heartbeat is now older than the 2 s window
+        code, output = finish(start_trainer(model_dir, **stale))
+    finally:
+        gate.touch()
+        os.kill(stopped.pid, signal.SIGCONT)
+    stopped_code, stopped_output = finish(stopped)
+    assert code == 3, output
+    error = output.split("\nERROR ", 1)[1]
+    assert error.startswith("ModelDirLockedError: model_dir {} is being trained by another process".format(model_dir))
+    assert "host {}, pid {}, since ".format(socket.gethostname(), stopped.pid) in error
+    heartbeat_age = float(error.split("(last heartbeat ", 1)[1].split(" s ago)")[0])
+    assert heartbeat_age > 2, error
+    assert "Taking over" not in output
+    # The stopped run, continued, ends as an uninterrupted run; only its checkpoints are in model_dir.
+    assert stopped_code == 0, stopped_output
+    assert_same_checkpoint(checkpoint_values(model_dir), undisturbed)
+    assert not (model_dir / LOCK_FILE_NAME).exists()
+
+
+def test_a_trainer_that_lost_its_lock_stops_before_its_next_checkpoint_naming_the_holder(tmp_path):
+    # The trainer is stopped (SIGSTOP) beyond the stale window; meanwhile a trainer on another machine (which can only
+    # judge it by its heartbeat) takes the lock over as `ModelDirLock._take_over` does: removes the file and creates
+    # its own. Continued, the stopped trainer must write no checkpoint after that.
+    model_dir, gate = tmp_path / "model", tmp_path / "gate"
+    stopped = start_trainer(model_dir, gate=gate, **{model_dir_lock.STALE_AFTER_ENV: "2"})
+    try:
+        wait_for(str(gate) + ".waiting", stopped)  # checkpoints of steps 0..2 are written
+        os.kill(stopped.pid, signal.SIGSTOP)
+        time.sleep(3)
+        os.remove(model_dir / LOCK_FILE_NAME)
+        write_lock(str(model_dir), host="other-machine", pid=4242, boot_id="another-boot", token="the-new-holder")
+        before = sorted(os.listdir(model_dir))
+    finally:
+        gate.touch()
+        os.kill(stopped.pid, signal.SIGCONT)
+    code, output = finish(stopped)
+    assert code == 3, output
+    error = output.split("\nERROR ", 1)[1]
+    assert error.startswith(
+        "ModelDirLockLostError: Stopped before writing the checkpoint of step {}: this process no longer holds the "
+        "training lock of model_dir {}; it is held by host other-machine, pid 4242, since ".format(
+            guarded_trainer.GATE_STEP + 1, model_dir
+        )
+    ), error
+    # Nothing written after the loss: the same files, the last checkpoint the one before the pause; the new
+    # holder's lock is left in place.
+    assert sorted(os.listdir(model_dir)) == before
+    assert checkpoint_values(model_dir)["global_step"] == guarded_trainer.GATE_STEP
+    assert json.loads((model_dir / LOCK_FILE_NAME).read_text())["token"] == "the-new-holder"
+
+
 # ---------------------------------------------------------------------------------------------- in process
 
 
@@ -145,8 +205,10 @@ def write_lock(model_dir, **fields):
         "token": "someone-else",
     }
     holder.update(fields)
-    with open(os.path.join(model_dir, LOCK_FILE_NAME), "w") as f:
+    path = os.path.join(model_dir, LOCK_FILE_NAME)
+    with open(path, "w") as f:
         json.dump(holder, f)
+    os.utime(path, (holder["heartbeat"], holder["heartbeat"]))  # a holder's heartbeat touches its file
     return holder
 
 
@@ -193,11 +255,15 @@ def test_live_holder_on_another_host_is_not_taken_over(tmp_path):
 
 def test_heartbeat_refreshes_the_lock_file(tmp_path):
     with ModelDirLock(str(tmp_path), heartbeat_secs=0.2, stale_after_secs=1.0) as lock:
-        first = json.loads((tmp_path / LOCK_FILE_NAME).read_text())
+        first = lock._read_holder()
+        content = (tmp_path / LOCK_FILE_NAME).read_text()
         time.sleep(0.7)
-        second = json.loads((tmp_path / LOCK_FILE_NAME).read_text())
+        second = lock._read_holder()
         assert second["token"] == first["token"] and second["heartbeat"] > first["heartbeat"]
         assert second["start_time"] == first["start_time"]
+        # Touched, never rewritten: a holder paused mid-beat cannot overwrite a lock taken over meanwhile.
+        assert (tmp_path / LOCK_FILE_NAME).read_text() == content
+        assert second["heartbeat"] == pytest.approx(os.stat(tmp_path / LOCK_FILE_NAME).st_mtime)
         # A contender on another host would judge it alive: the heartbeat is fresh.
         assert lock._gone_reason(dict(second, host="elsewhere")) is None
     assert not (tmp_path / LOCK_FILE_NAME).exists()

@@ -9,8 +9,13 @@ prefixed with `[host i]`. The command exits with the first failing host's status
 fails, the others get `--grace_secs` to end (they fail on their own when a collective misses the lost host), then
 they are stopped. The last lines say what each host did (the global step its `train()` reached, its exit status)
 and whether the job succeeded.
+
+SIGINT and SIGTERM to the command go to every host (each host runs in a session of its own, so a terminal's Ctrl-C
+reaches it once, through the command); the hosts get `--stop_secs` to end, then whatever is left of them is killed,
+and the command exits with 128 + the signal's number. No host outlives the command.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -20,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import IO, List, NamedTuple, Optional, Sequence
+from typing import IO, Iterator, List, NamedTuple, Optional, Sequence
 
 from absl import app, flags
 
@@ -31,10 +36,16 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_hosts", 2, "How many hosts (processes) run the program.", lower_bound=1)
 flags.DEFINE_integer("first_port", 0, "The first host's port (the others' follow it); 0: free ports.", lower_bound=0)
 flags.DEFINE_float("grace_secs", 90.0, "After a host fails, how long the others may run before they are stopped.")
+flags.DEFINE_float(
+    "stop_secs",
+    30.0,
+    "After SIGINT/SIGTERM (forwarded to every host), how long the hosts may take to end.",
+    lower_bound=0,
+)
 flags.DEFINE_string("tpu_job_name", "worker", "The job of the hosts' tasks (as TPUConfig.tpu_job_name).")
 
 PROG = "tpu-estimator-hosts"
-OWN_FLAGS = ("num_hosts", "first_port", "grace_secs", "tpu_job_name")
+OWN_FLAGS = ("num_hosts", "first_port", "grace_secs", "stop_secs", "tpu_job_name")
 USAGE = f"""Usage: {PROG} [flags] -- PROGRAM [ARGS...]
 
 Runs PROGRAM as a job of --num_hosts hosts on this machine, one process per host, each with its TF_CONFIG."""
@@ -76,6 +87,46 @@ def _relay(stream: IO[bytes], prefix: str, out: IO[str]) -> None:
         out.flush()
 
 
+class Stopped(Exception):
+    """The command was asked to stop (SIGINT/SIGTERM): every host was handed the signal and has ended.
+
+    Attributes:
+      signum: the signal.
+      codes: every host's exit status, in host order.
+    """
+
+    def __init__(self, signum: int, codes: List[int]):
+        super(Stopped, self).__init__("stopped by signal {}".format(signum))
+        self.signum = signum
+        self.codes = codes
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    """`signum` to the host's process and whatever it started (its own session: process group = its pid)."""
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[List[int]]:
+    """While inside, SIGINT and SIGTERM are noted (the list gets their numbers) instead of ending this process; only
+    in the main thread (elsewhere signals cannot be caught, and nothing is noted)."""
+    requests: List[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield requests
+        return
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, lambda number, frame: requests.append(number))
+    try:
+        yield requests
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run_hosts(
     command: Sequence[str],
     num_hosts: int,
@@ -84,9 +135,10 @@ def run_hosts(
     job: str = "worker",
     env: Optional[dict] = None,
     out: IO[str] = sys.stdout,
+    stop_secs: float = 30.0,
 ) -> List[int]:
     """Runs `command` once per host with its `TF_CONFIG`; returns every host's exit status (`run_job`'s)."""
-    return [o.exit_status for o in run_job(command, num_hosts, addresses, grace_secs, job, env, out)]
+    return [o.exit_status for o in run_job(command, num_hosts, addresses, grace_secs, job, env, out, stop_secs)]
 
 
 def run_job(
@@ -97,6 +149,7 @@ def run_job(
     job: str = "worker",
     env: Optional[dict] = None,
     out: IO[str] = sys.stdout,
+    stop_secs: float = 30.0,
 ) -> List[HostOutcome]:
     """Runs `command` once per host with its `TF_CONFIG`; returns what every host did.
 
@@ -108,6 +161,8 @@ def run_job(
       job: the hosts' job.
       env: the environment of the processes (default: this one's), to which `TF_CONFIG` is added.
       out: where the hosts' prefixed output goes.
+      stop_secs: after SIGINT/SIGTERM (called from the main thread), how long the hosts, each handed the signal, may
+        take to end before they are killed.
 
     Returns:
       Each host's `HostOutcome`, in host order: its exit status (negative: stopped by that signal) and the global
@@ -115,6 +170,7 @@ def run_job(
 
     Raises:
       ValueError: no command, or `addresses` not one per host.
+      Stopped: SIGINT or SIGTERM arrived; every host has ended (its status in the exception).
     """
     if not command:
         raise ValueError("Name the program to run after '--', e.g. tpu-estimator-hosts -- python program.py")
@@ -123,33 +179,59 @@ def run_job(
         raise ValueError("{} addresses for {} hosts: give one per host.".format(len(addresses), num_hosts))
     with tempfile.TemporaryDirectory(prefix="tpu_estimator_hosts_") as report_dir:
         reports = [os.path.join(report_dir, "host_{}.json".format(h)) for h in range(num_hosts)]
-        codes = _run_processes(command, addresses, grace_secs, job, env, out, reports)
+        codes = _run_processes(command, addresses, grace_secs, job, env, out, reports, stop_secs)
         return [HostOutcome(h, code, host_report.read_trained_step(reports[h])) for h, code in enumerate(codes)]
 
 
-def _run_processes(command, addresses, grace_secs, job, env, out, reports) -> List[int]:
+def _run_processes(command, addresses, grace_secs, job, env, out, reports, stop_secs) -> List[int]:
     processes, relays = [], []
-    for host in range(len(addresses)):
-        host_env = dict(os.environ if env is None else env)
-        host_env["TF_CONFIG"] = host_tf_config(addresses, host, job)
-        host_env[host_report.REPORT_ENV] = reports[host]
-        process = subprocess.Popen(list(command), env=host_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        processes.append(process)
-        relay = threading.Thread(target=_relay, args=(process.stdout, "[host {}] ".format(host), out), daemon=True)
-        relay.start()
-        relays.append(relay)
-    failed_at = None
-    while any(p.poll() is None for p in processes):
-        if failed_at is None and any(p.poll() not in (None, 0) for p in processes):
-            failed_at = time.time()
-        if failed_at is not None and time.time() - failed_at > grace_secs:
+    with _stop_requests() as stop_requests:
+        try:
+            for host in range(len(addresses)):
+                host_env = dict(os.environ if env is None else env)
+                host_env["TF_CONFIG"] = host_tf_config(addresses, host, job)
+                host_env[host_report.REPORT_ENV] = reports[host]
+                # A session of its own: a terminal's Ctrl-C reaches the host once, forwarded by this process.
+                process = subprocess.Popen(
+                    list(command),
+                    env=host_env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                processes.append(process)
+                relay = threading.Thread(
+                    target=_relay, args=(process.stdout, "[host {}] ".format(host), out), daemon=True
+                )
+                relay.start()
+                relays.append(relay)
+            failed_at, stopping_at = None, None
+            while any(p.poll() is None for p in processes):
+                if stop_requests and stopping_at is None:
+                    stopping_at = time.time()
+                    for p in processes:
+                        if p.poll() is None:
+                            _signal_group(p, stop_requests[0])
+                if failed_at is None and any(p.poll() not in (None, 0) for p in processes):
+                    failed_at = time.time()
+                overdue = stopping_at is not None and time.time() - stopping_at > stop_secs
+                if overdue or (failed_at is not None and time.time() - failed_at > grace_secs):
+                    for p in processes:
+                        if p.poll() is None:
+                            _signal_group(p, signal.SIGKILL)
+                time.sleep(0.1)
+        finally:
+            # Whatever ends this function (an error starting a host, KeyboardInterrupt), no host outlives it.
             for p in processes:
                 if p.poll() is None:
-                    p.kill()
-        time.sleep(0.1)
-    for relay in relays:
-        relay.join(5)
-    return [p.returncode for p in processes]
+                    _signal_group(p, signal.SIGKILL)
+                    p.wait()
+        for relay in relays:
+            relay.join(5)
+        codes = [p.returncode for p in processes]
+        if stop_requests:
+            raise Stopped(stop_requests[0], codes)
+    return codes
 
 
 def outcome_line(outcome: HostOutcome) -> str:
@@ -185,13 +267,22 @@ def summary_line(outcomes: Sequence[HostOutcome]) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
-    outcomes = run_job(
-        argv[1:],
-        FLAGS.num_hosts,
-        loopback_addresses(FLAGS.num_hosts, FLAGS.first_port),
-        FLAGS.grace_secs,
-        FLAGS.tpu_job_name,
-    )
+    try:
+        outcomes = run_job(
+            argv[1:],
+            FLAGS.num_hosts,
+            loopback_addresses(FLAGS.num_hosts, FLAGS.first_port),
+            FLAGS.grace_secs,
+            FLAGS.tpu_job_name,
+            stop_secs=FLAGS.stop_secs,
+        )
+    except Stopped as stopped:
+        sys.stderr.write(
+            "tpu-estimator-hosts: stopped by {}: every host was handed it and has ended (exit status {}).\n".format(
+                signal.Signals(stopped.signum).name, ", ".join(str(c) for c in stopped.codes)
+            )
+        )
+        sys.exit(128 + stopped.signum)
     for outcome in outcomes:
         print(outcome_line(outcome))
     print(summary_line(outcomes), flush=True)

@@ -14,11 +14,18 @@ What this relies on (no `flock`/`fcntl` locks, which network filesystems often d
 - Clocks of the hosts sharing the directory agree to well within `stale_after_secs` (default 120 s): a holder on
   another host is declared gone only when its heartbeat is older than that.
 
-A lock whose holder is provably gone is taken over (with a warning naming it): same host and boot, and the pid is
-not running or is now another process (its start differs); or a heartbeat older than `stale_after_secs`. Taking
-over is itself serialised by a second `O_EXCL` file (`<lock>.takeover`), so that two contenders never both remove
-a stale lock and one of them a fresh one. Other holders make `acquire` raise `ModelDirLockedError` at once, naming
-the directory, the holder and what to do.
+A lock whose holder is provably gone is taken over (with a warning naming it): on the same machine (host and boot)
+only when its pid is not running or is now another process (its start differs), however old its heartbeat (a
+stopped or swapped-out trainer is alive); on another machine when its heartbeat is older than `stale_after_secs`.
+Taking over is itself serialised by a second `O_EXCL` file (`<lock>.takeover`), so that two contenders never both
+remove a stale lock and one of them a fresh one. Other holders make `acquire` raise `ModelDirLockedError` at once,
+naming the directory, the holder and what to do.
+
+The heartbeat touches the lock file (its modification time), never rewrites it: a holder paused between reading the
+file and writing it could otherwise overwrite the lock of the process that took over meanwhile. A holder that lost
+its lock (its machine paused beyond `stale_after_secs`, or the file removed) stops before its next checkpoint:
+`check_held` raises `ModelDirLockLostError` naming the new holder, and `train_guard` calls it before every save
+(`HeldLockListener`).
 
 Paths with a URL scheme (`gs://...`, `s3://...`) are object stores without atomic exclusive create: no lock is
 taken there, and a warning says so.
@@ -48,6 +55,30 @@ _log = tf.get_logger()
 
 class ModelDirLockedError(RuntimeError):
     """Another live process holds the training lock of the `model_dir`."""
+
+
+class ModelDirLockLostError(ModelDirLockedError):
+    """This process held the training lock of the `model_dir` and another process has taken it over."""
+
+
+# Shortens how long a holder on another machine may stay silent before its lock is taken over (tests; a machine
+# whose clock differs from the others' by more than this must not set it lower).
+STALE_AFTER_ENV = "TPU_ESTIMATOR_LOCK_STALE_SECS"
+DEFAULT_STALE_AFTER_SECS = 120.0
+DEFAULT_HEARTBEAT_SECS = 10.0
+
+
+def _stale_after_secs_from_environment() -> float:
+    text = os.environ.get(STALE_AFTER_ENV, "").strip()
+    if not text:
+        return DEFAULT_STALE_AFTER_SECS
+    try:
+        secs = float(text)
+    except ValueError:
+        secs = float("nan")
+    if not 0 < secs < float("inf"):
+        raise ValueError("{}={!r} must be a positive number of seconds.".format(STALE_AFTER_ENV, text))
+    return secs
 
 
 def _boot_id() -> Optional[str]:
@@ -100,15 +131,23 @@ class ModelDirLock(object):
 
     Args:
       model_dir: the directory (created if missing).
-      heartbeat_secs: period of the heartbeat refresh while held.
-      stale_after_secs: a heartbeat older than this means the holder is gone (must exceed `heartbeat_secs`
-        plus the largest clock difference between hosts sharing the directory).
+      heartbeat_secs: period of the heartbeat refresh while held (default 10 s, or a quarter of
+        `stale_after_secs` when that is shorter).
+      stale_after_secs: a heartbeat older than this means a holder on another machine is gone (must exceed
+        `heartbeat_secs` plus the largest clock difference between hosts sharing the directory); default 120 s or
+        `$TPU_ESTIMATOR_LOCK_STALE_SECS`.
 
     Raises:
       ValueError: `stale_after_secs` not larger than `heartbeat_secs`, or non-positive periods.
     """
 
-    def __init__(self, model_dir: str, heartbeat_secs: float = 10.0, stale_after_secs: float = 120.0):
+    def __init__(
+        self, model_dir: str, heartbeat_secs: Optional[float] = None, stale_after_secs: Optional[float] = None
+    ):
+        if stale_after_secs is None:
+            stale_after_secs = _stale_after_secs_from_environment()
+        if heartbeat_secs is None:
+            heartbeat_secs = min(DEFAULT_HEARTBEAT_SECS, stale_after_secs / 4)
         if heartbeat_secs <= 0 or stale_after_secs <= heartbeat_secs:
             raise ValueError(
                 "ModelDirLock needs 0 < heartbeat_secs < stale_after_secs; got heartbeat_secs={}, "
@@ -231,6 +270,9 @@ class ModelDirLock(object):
             try:
                 holder = json.loads(raw.decode("utf-8"))
                 if isinstance(holder, dict):
+                    # The heartbeat touches the file: its last beat is the file's modification time.
+                    if isinstance(holder.get("heartbeat"), (int, float)):
+                        holder["heartbeat"] = max(holder["heartbeat"], mtime)
                     return holder
             except ValueError:
                 pass
@@ -248,6 +290,8 @@ class ModelDirLock(object):
             start = holder.get("process_start")
             if start is not None and _process_start(pid) not in (None, start):
                 return "its pid now belongs to another process"
+            # Alive on this machine, however old its heartbeat: stopped (SIGSTOP, a debugger) or swapped out.
+            return None
         heartbeat = holder.get("heartbeat")
         if isinstance(heartbeat, (int, float)) and time.time() - heartbeat > self._stale_after_secs:
             return "its heartbeat is older than {:.0f} s".format(self._stale_after_secs)
@@ -305,20 +349,53 @@ class ModelDirLock(object):
         holder = self._read_holder(wait=False)
         if holder is None or holder.get("token") != self._token:
             _log.error(
-                "The training lock %s was taken over by %s while this process trains: another trainer may now be "
-                "writing into %s.",
+                "The training lock %s was taken over by %s while this process trains: this process stops before its "
+                "next checkpoint.",
                 self.path,
                 describe_holder(holder) if holder else "nobody (removed)",
-                self.model_dir,
             )
             self._stop.set()
             return
-        tmp = "{}.{}.{}.tmp".format(self.path, os.getpid(), uuid.uuid4().hex[:8])
-        with open(tmp, "wb") as f:
-            f.write(self._content(self._token))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        # Touched, not rewritten: if another process took the lock over since the read, this touches its file.
+        os.utime(self.path)
+
+    def check_held(self, before: str = "writing") -> None:
+        """Raises unless the lock file is still this object's (no-op for an unlocked URL `model_dir`).
+
+        Args:
+          before: what the caller is about to do, for the error ("writing the checkpoint of step 5").
+
+        Raises:
+          ModelDirLockLostError: another process holds the lock now, or the lock file is gone (naming the holder).
+        """
+        if not self.held:
+            return
+        holder = self._read_holder(wait=False)
+        if holder is not None and holder.get("token") == self._token:
+            return
+        raise ModelDirLockLostError(
+            "Stopped before {before}: this process no longer holds the training lock of model_dir {dir}; {holder}. "
+            "A process whose machine was paused or unreachable for more than {stale:.0f} s loses its lock to the "
+            "next trainer; two trainers in one model_dir would mix their checkpoints, so this run writes nothing more. "
+            "Let the other run finish (or stop it), then train again: training resumes from the latest checkpoint."
+            "".format(
+                before=before,
+                dir=self.model_dir,
+                holder="it is held by " + describe_holder(holder) if holder else "the lock file was removed",
+                stale=self._stale_after_secs,
+            )
+        )
+
+
+class HeldLockListener(tf.compat.v1.train.CheckpointSaverListener):
+    """Before each checkpoint: the lock is still this process's (`ModelDirLock.check_held`), else the save and the
+    run stop with `ModelDirLockLostError`."""
+
+    def __init__(self, lock: ModelDirLock):
+        self._lock = lock
+
+    def before_save(self, session, global_step_value) -> None:
+        self._lock.check_held("writing the checkpoint of step {}".format(global_step_value))
 
 
 def _remove(path: str) -> None:

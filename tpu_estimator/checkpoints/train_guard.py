@@ -1,7 +1,8 @@
 """What `TPUEstimator.train` adds around the Estimator's `train`: `guard_training`.
 
 - The process is the only writer of `model_dir` for the whole run (`model_dir_lock.ModelDirLock`, chief only:
-  other workers of a multi-worker job write no checkpoints).
+  other workers of a multi-worker job write no checkpoints); a run whose lock was taken over stops before its next
+  checkpoint (`model_dir_lock.HeldLockListener`, the first saving listener).
 - The `checkpoint` state file is checked before it is trusted (`checkpoint_state.verify_checkpoint_state`: a
   damaged one, or one older than an intact checkpoint, is an error naming it, raised before anything is written),
   and what interrupted saves left behind is removed (chief only, under the lock).
@@ -22,7 +23,7 @@ import tensorflow as tf
 
 from tpu_estimator.checkpoints import checkpoint_state
 from tpu_estimator.checkpoints.finite_checkpoints import FiniteCheckpointListener
-from tpu_estimator.checkpoints.model_dir_lock import ModelDirLock
+from tpu_estimator.checkpoints.model_dir_lock import HeldLockListener, ModelDirLock
 from tpu_estimator.estimator_core.checkpoint_step import reached_max_steps
 
 _log = tf.get_logger()
@@ -133,6 +134,9 @@ def guard_training(
         listeners = list(saving_listeners or [])
         if config.save_checkpoints_steps or config.save_checkpoints_secs:
             listeners.append(FiniteCheckpointListener(estimator.model_dir))
+        if lock is not None:
+            # First: no listener of the run acts on a save that another trainer's lock forbids.
+            listeners.insert(0, HeldLockListener(lock))
         yield GuardedTraining(False, listeners)
     finally:
         if lock is not None:

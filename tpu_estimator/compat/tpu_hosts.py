@@ -23,8 +23,8 @@ from typing import List, Optional
 
 import tensorflow as tf
 
-from tpu_estimator import cluster as cluster_lib
-from tpu_estimator import devices as devices_lib
+from tpu_estimator.hosts import cluster as cluster_lib
+from tpu_estimator.hosts import shard_devices as devices_lib
 
 # How long a host waits for the client's server to appear, and the client for the hosts' servers.
 START_WAIT_SECS = 300.0

@@ -27,10 +27,9 @@ import numpy as np
 import tensorflow as tf
 
 from tpu_estimator.compat import cluster_resolver as cluster_resolver_lib
+from tpu_estimator.compat import tpu_hosts
 from tpu_estimator.hosts import shard_devices as devices_lib
 from tpu_estimator.specs.context import UnsupportedOffTPUError
-from tpu_estimator.compat import tpu_hosts
-from tpu_estimator.context import UnsupportedOffTPUError
 
 __all__ = [
     "ExperimentalTPUStrategy",
