@@ -202,7 +202,7 @@ class _Source(object):
     """One `input_fn` invocation's output: a dataset iterator or a queue of tensors."""
 
     def __init__(
-        self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int], checkpoint_position: bool
+        self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int], position_index: Optional[int]
     ):
         self.hook = None
         self.initializer = None
@@ -215,8 +215,8 @@ class _Source(object):
                 self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
                 self.initializer = self._iterator.initializer
                 self._queue = None
-                if checkpoint_position:
-                    self.position = input_position.InputPosition(result, self._iterator, device)
+                if position_index is not None:
+                    self.position = input_position.InputPosition(result, self._iterator, device, position_index)
             elif not allow_tensors:
                 raise TypeError("`input_fn` must return a `Dataset` for this mode.")
             else:
@@ -625,8 +625,10 @@ class InputPipeline(object):
             if input_mode == InputPipelineConfig.PER_HOST_V2 and not _is_dataset(result):
                 raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
             # The position of a training dataset marked by `input_position.checkpoint_position` is checkpointed.
-            checkpoint_position = ctx.mode == ModeKeys.TRAIN and input_position.is_marked(result)
-            sources.append(_Source(result, device, allow_tensors, sleep_secs, checkpoint_position))
+            position_index = None
+            if ctx.mode == ModeKeys.TRAIN and input_position.is_marked(result):
+                position_index = sum(source.position is not None for source in sources)
+            sources.append(_Source(result, device, allow_tensors, sleep_secs, position_index))
         if input_mode == InputPipelineConfig.PER_HOST_V2:
             self._reader = _PerHostV2Reader(sources, ctx)
         elif input_mode == InputPipelineConfig.PER_SHARD_V1:

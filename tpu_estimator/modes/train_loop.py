@@ -50,12 +50,16 @@ class TrainLoopSettings:
       saves_checkpoints: the loop brings the chief's checkpoint saver (`estimator_core.checkpoint_saver`, which
         writes `graph.pbtxt` natively), in place of the Estimator's default one: the `RunConfig` saves checkpoints
         and `train()` was given no `CheckpointSaverHook`.
+      steps: `train()`'s `steps` (the loop's `LoopStopHook` stops after them).
+      max_steps: `train()`'s `max_steps` (or stops at this global step).
     """
 
     iterations_per_loop: IterationsPerLoopCounter
     host_call_every_n_steps: int
     progress: hooks_lib.ProgressSettings
     saves_checkpoints: bool = False
+    steps: Optional[int] = None
+    max_steps: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +69,12 @@ class TracedTrainLoop:
     Attributes:
       loss: the last step's loss, after every step's updates of the `Session.run`.
       replica0_spec: what replica 0's `model_fn` returned (its hooks, scaffold and host call).
+      iterations: the loop-length tensor (fed by the loop's `LoopStopHook`).
     """
 
     loss: tf.Tensor
     replica0_spec: Any
+    iterations: tf.Tensor
 
 
 class TrainLoop(shared_stages.ModeOnShards):
@@ -95,7 +101,11 @@ class TrainLoop(shared_stages.ModeOnShards):
             # Outside the loop: registration builds initialisation checks that must not live in the loop frame.
             bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
         spec = traced.replica0_spec
-        hooks = feed.input_hooks + ([feed.infeed_hook] if feed.infeed_hook else [])
+        settings = self._loop_settings
+        hooks = [
+            hooks_lib.LoopStopHook(settings.iterations_per_loop, traced.iterations, settings.steps, settings.max_steps)
+        ]
+        hooks += feed.input_hooks + ([feed.infeed_hook] if feed.infeed_hook else [])
         if feed.embedding_exchange is not None:
             hooks.append(feed.embedding_exchange.hook)
         hooks += list(spec.training_hooks or [])
@@ -174,7 +184,7 @@ class TrainLoop(shared_stages.ModeOnShards):
                 final_update = bridge.apply_pending(list(outputs[2:]))
             with tf.control_dependencies([final_update]):
                 loss = tf.identity(loss)
-        return TracedTrainLoop(loss, replica0_spec)
+        return TracedTrainLoop(loss, replica0_spec, iterations)
 
     def _step(
         self,
