@@ -167,7 +167,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             check_positive_integer(train_batch_size, "train_batch_size")
             _check_int32(train_batch_size, "train_batch_size")
             if (
-                config.tpu_config.per_host_input_for_training is InputPipelineConfig.PER_SHARD_V1
+                config.tpu_config.per_host_input_for_training == InputPipelineConfig.PER_SHARD_V1
                 and config.tpu_config.num_cores_per_replica
             ):
                 raise ValueError(
