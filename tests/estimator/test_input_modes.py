@@ -165,3 +165,11 @@ def test_input_pipeline_config_is_an_int_enum_with_upstream_values():
     assert input_pipeline_config_name(IPC.BROADCAST) == "InputPipelineConfig.BROADCAST (4)"
     assert input_pipeline_config_name(True) == "True"
     assert input_pipeline_config_name(9) == "9"
+
+
+def test_each_input_mode_has_a_reader_of_the_one_protocol():
+    from tpu_estimator.inputs import input_pipeline as ip
+
+    readers = (ip._PerHostV2Reader, ip._PerShardReader, ip._HostBatchReader)
+    assert all(ip.InputReader in reader.__mro__ for reader in readers)
+    assert [name for name in vars(ip.InputReader) if not name.startswith("_")] == ["read"]
