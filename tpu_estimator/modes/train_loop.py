@@ -113,11 +113,11 @@ class TrainLoop(shared_stages.ModeOnShards):
         if feed.embedding_exchange is not None:
             hooks.append(feed.embedding_exchange.hook)
         hooks += list(spec.training_hooks or [])
-        if getattr(spec, "host_call", None) is not None:
+        if spec.host_call is not None:
             hooks.append(self._host_calls.hook(spec.host_call))
         hooks.extend(self._progress_hooks(traced.loss))
         hooks.append(hooks_lib.InstallSignalHandlerHook())
-        scaffold = call_scaffold_fn(getattr(spec, "scaffold_fn", None))
+        scaffold = call_scaffold_fn(spec.scaffold_fn)
         if collectives is not None:
             scaffold = mirrored_variables.mirror_from_chief(tf.compat.v1.get_default_graph(), collectives, scaffold)
         return _estimator_lib.EstimatorSpec(
@@ -254,7 +254,7 @@ class TrainLoop(shared_stages.ModeOnShards):
 
     def _enqueue_host_calls(self, replicas: shared_stages.Replicas, step: tf.Tensor, step_ops) -> List[tf.Operation]:
         """Queues the `host_call` tensors of every replica (every n-th step)."""
-        if getattr(replicas.specs[0], "host_call", None) is None:
+        if replicas.specs[0].host_call is None:
             return []
         enqueue, host_tensors = self._host_calls.enqueue([s.host_call for s in replicas.specs], step)
         # The host call sees the variables from before the step's updates, as on a TPU.
