@@ -176,11 +176,5 @@ def verify_spec_on_shards(spec, mode: str) -> TPUEstimatorSpec:
         tf.compat.v1.logging.warning(
             "EstimatorSpec.Scaffold is ignored by TPU train/eval. Please use TPUEstimatorSpec."
         )
-    return TPUEstimatorSpec(
-        mode=spec.mode,
-        predictions=spec.predictions,
-        loss=spec.loss,
-        train_op=spec.train_op,
-        export_outputs=spec.export_outputs,
-        training_hooks=spec.training_hooks,
-    )
+    kept = ("mode", "predictions", "loss", "train_op", "export_outputs", "training_hooks")
+    return TPUEstimatorSpec(**{field: getattr(spec, field) for field in kept})
