@@ -33,7 +33,9 @@ accumulates, i.e. it computes the exact result a TPU computes with accumulation 
 
 import abc
 import copy
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+import inspect
+import textwrap
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -99,14 +101,115 @@ class ConstantInitializer:
         return f"ConstantInitializer(value={self.value!r})"
 
 
+# ---- constructors: the arguments every optimizer shares, declared and documented once ------------------------------
+
+_REQUIRED = inspect.Parameter.empty
+
+
+class _Arg(NamedTuple):
+    """One constructor argument: name, default (`_REQUIRED`: none), annotation, and its line in the docstring."""
+
+    name: str
+    default: Any
+    annotation: Any
+    doc: str
+
+
+def _learning_rate(default: float) -> _Arg:
+    """The mid-level optimizers' first argument."""
+    return _Arg("learning_rate", default, LearningRateType, "float or zero-argument callable.")
+
+
+_LEARNING_RATE = _Arg("learning_rate", _REQUIRED, float, "the learning rate.")  # the estimator-style classes' first
+
+
+def _shared_args(accumulation: str = "accepted; the engine always accumulates.") -> Tuple[_Arg, ...]:
+    """The five arguments every class takes after its own ones, in upstream's order."""
+    return (
+        _Arg("use_gradient_accumulation", True, bool, accumulation),
+        _Arg("clip_weight_min", None, Optional[float], "lower bound for weights after the update; None means -inf."),
+        _Arg("clip_weight_max", None, Optional[float], "upper bound for weights after the update; None means +inf."),
+        _Arg("weight_decay_factor", None, Optional[float], "decoupled weight decay per step; None/0 disables it."),
+        _Arg(
+            "multiply_weight_decay_factor_by_learning_rate",
+            None,
+            Optional[bool],
+            "multiply the decay factor by the learning rate.",
+        ),
+    )
+
+
+_SHARED_ARGS = _shared_args()
+_SLOT_FN = _Arg(
+    "slot_variable_creation_fn",
+    None,
+    Optional[Callable[..., Any]],
+    "optional `fn(table_variable, slot_names, slot_initializers) -> dict`.",
+)
+_CLIPVALUE = _Arg(
+    "clipvalue",
+    None,
+    Optional[ClipValueType],
+    "gradient clipping: `c` means `(-c, c)`, or a `(min, max)` pair (either may be None).",
+)
+_LOW_DIM = _Arg(
+    "low_dimensional_packing_status",
+    False,
+    bool,
+    "accepted for compatibility; a TPU memory-layout option with no effect here.",
+)
+_CLIP_GRADIENT_MIN = _Arg(
+    "clip_gradient_min", None, Optional[float], "gradient lower bound; needs gradient accumulation."
+)
+_CLIP_GRADIENT_MAX = _Arg(
+    "clip_gradient_max", None, Optional[float], "gradient upper bound; needs gradient accumulation."
+)
+
+
+def _constructor(*args: _Arg) -> Callable[[type], type]:
+    """Class decorator: the class's `__init__(self, *args)`, with upstream's names, order, defaults and annotations
+    (positional or keyword, as upstream declares them), passes every argument to `self._configure` by name; the
+    `{args}` line of the class docstring becomes the arguments' lines.
+    """
+    parameters = [
+        inspect.Parameter(a.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=a.default, annotation=a.annotation)
+        for a in args
+    ]
+    signature = inspect.Signature(parameters)
+    lines = [
+        textwrap.fill("{}: {}".format(a.name, a.doc), 114, initial_indent="      ", subsequent_indent="        ")
+        for a in args
+    ]
+
+    def decorate(cls: type) -> type:
+        def __init__(self, *positional: Any, **keywords: Any) -> None:
+            try:
+                bound = signature.bind(*positional, **keywords)
+            except TypeError as error:  # named as Python names a call's missing or unexpected arguments
+                raise TypeError("{}.__init__() {}".format(cls.__name__, error)) from None
+            bound.apply_defaults()
+            self._configure(**bound.arguments)
+
+        self_parameter = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        __init__.__signature__ = signature.replace(parameters=[self_parameter] + parameters)
+        __init__.__qualname__ = cls.__qualname__ + ".__init__"
+        __init__.__module__ = cls.__module__
+        cls.__init__ = __init__
+        cls.__doc__ = cls.__doc__.replace("      {args}", "\n".join(lines))
+        return cls
+
+    return decorate
+
+
 def _scalar(value: Any, dtype: tf.DType) -> tf.Tensor:
     return tf.cast(tf.convert_to_tensor(value), dtype)
 
 
 class _Optimizer(metaclass=abc.ABCMeta):
-    """Base class: common hyper-parameters, clipping, weight decay and the row-update contract."""
+    """Base class: common hyper-parameters, clipping, weight decay and the row-update contract. Each optimizer's
+    constructor is declared by `_constructor`; it checks and sets its own arguments in `_configure`."""
 
-    def __init__(
+    def _configure(
         self,
         learning_rate: LearningRateType,
         use_gradient_accumulation: bool,
@@ -369,45 +472,21 @@ def _pow(x: tf.Tensor, exponent: float) -> tf.Tensor:
 # ==== mid-level optimizers (tf.tpu.experimental.embedding.*) ===========================================================
 
 
+@_constructor(
+    _learning_rate(0.01),
+    *_SHARED_ARGS,
+    _CLIPVALUE,
+    _LOW_DIM,
+)
 class SGD(_Optimizer):
     """Stochastic gradient descent: `w -= lr * g`.
 
     Args:
-      learning_rate: float or zero-argument callable.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clipvalue: gradient clipping: `c` means `(-c, c)`, or a `(min, max)` pair (either may be None).
-      low_dimensional_packing_status: accepted for compatibility; a TPU memory-layout option with no effect here.
+      {args}
 
     Raises:
       ValueError: `clipvalue` set while `use_gradient_accumulation` is False.
     """
-
-    def __init__(
-        self,
-        learning_rate: LearningRateType = 0.01,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clipvalue: Optional[ClipValueType] = None,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            None,
-            low_dimensional_packing_status,
-        )
 
     def slot_names(self) -> List[str]:
         return []
@@ -425,49 +504,26 @@ class SGD(_Optimizer):
         return tf.raw_ops.ResourceScatterSub(resource=handles["params"], indices=indices, updates=lr * grads)
 
 
+@_constructor(
+    _learning_rate(0.001),
+    _Arg("initial_accumulator_value", 0.1, float, "initial value of the `accumulators` slot; must be > 0."),
+    *_SHARED_ARGS,
+    _SLOT_FN,
+    _CLIPVALUE,
+    _LOW_DIM,
+)
 class Adagrad(_Optimizer):
     """Adagrad without epsilon: `a += g^2; w -= lr * g / sqrt(a)`.
 
     Args:
-      learning_rate: float or zero-argument callable.
-      initial_accumulator_value: initial value of the `accumulators` slot; must be > 0.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      slot_variable_creation_fn: optional `fn(table_variable, slot_names, slot_initializers) -> dict`.
-      clipvalue: gradient clipping: `c` means `(-c, c)`, or a `(min, max)` pair (either may be None).
-      low_dimensional_packing_status: accepted for compatibility; no effect here.
+      {args}
 
     Raises:
       ValueError: `initial_accumulator_value <= 0`, or `clipvalue` without gradient accumulation.
     """
 
-    def __init__(
-        self,
-        learning_rate: LearningRateType = 0.001,
-        initial_accumulator_value: float = 0.1,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        slot_variable_creation_fn: Optional[Callable[..., Any]] = None,
-        clipvalue: Optional[ClipValueType] = None,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            slot_variable_creation_fn,
-            low_dimensional_packing_status,
-        )
+    def _configure(self, initial_accumulator_value, **shared) -> None:
+        super()._configure(**shared)
         if initial_accumulator_value <= 0:
             raise ValueError(
                 f"Argument `initial_accumulator_value` must be a positive float. Received: {initial_accumulator_value}"
@@ -497,6 +553,18 @@ class Adagrad(_Optimizer):
         )
 
 
+@_constructor(
+    _learning_rate(0.001),
+    _Arg("momentum", 0.0, float, "moving-average parameter of the `momenta` slot."),
+    _Arg("use_nesterov", False, bool, "use the Nesterov variant."),
+    _Arg("exponent", 2, float, "exponent of the accumulator preconditioner; must be > 0."),
+    _Arg("beta2", 1, float, "moving-average parameter of the `accumulators` slot (1 means a plain sum)."),
+    _Arg("epsilon", 1e-10, float, "added to the accumulator before the power; must be > 0."),
+    *_SHARED_ARGS,
+    _SLOT_FN,
+    _CLIPVALUE,
+    _LOW_DIM,
+)
 class AdagradMomentum(_Optimizer):
     """Adagrad with momentum.
 
@@ -504,53 +572,14 @@ class AdagradMomentum(_Optimizer):
     `m = momentum*m + s`; `w -= lr * (momentum*m + s if use_nesterov else m)`.
 
     Args:
-      learning_rate: float or zero-argument callable.
-      momentum: moving-average parameter of the `momenta` slot.
-      use_nesterov: use the Nesterov variant.
-      exponent: exponent of the accumulator preconditioner; must be > 0.
-      beta2: moving-average parameter of the `accumulators` slot (1 means a plain sum).
-      epsilon: added to the accumulator before the power; must be > 0.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      slot_variable_creation_fn: optional `fn(table_variable, slot_names, slot_initializers) -> dict`.
-      clipvalue: gradient clipping: `c` means `(-c, c)`, or a `(min, max)` pair (either may be None).
-      low_dimensional_packing_status: accepted for compatibility; no effect here.
+      {args}
 
     Raises:
       ValueError: `epsilon <= 0`, `exponent <= 0`, or `clipvalue` without gradient accumulation.
     """
 
-    def __init__(
-        self,
-        learning_rate: LearningRateType = 0.001,
-        momentum: float = 0.0,
-        use_nesterov: bool = False,
-        exponent: float = 2,
-        beta2: float = 1,
-        epsilon: float = 1e-10,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        slot_variable_creation_fn: Optional[Callable[..., Any]] = None,
-        clipvalue: Optional[ClipValueType] = None,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            slot_variable_creation_fn,
-            low_dimensional_packing_status,
-        )
+    def _configure(self, momentum, use_nesterov, exponent, beta2, epsilon, **shared) -> None:
+        super()._configure(**shared)
         if epsilon <= 0:
             raise ValueError("Adagrad momentum: epsilon must be positive")
         if exponent <= 0:
@@ -585,6 +614,23 @@ class AdagradMomentum(_Optimizer):
         return params - lr * step, {"accumulators": accum, "momenta": m}
 
 
+@_constructor(
+    _learning_rate(0.001),
+    _Arg("beta_1", 0.9, float, "decay of the `momenta` slot, in [0, 1)."),
+    _Arg("beta_2", 0.999, float, "decay of the `velocities` slot, in [0, 1)."),
+    _Arg(
+        "epsilon",
+        1e-07,
+        float,
+        "numerical-stability constant, > 0 (1e-7; the estimator-style `AdamParameters` uses 1e-8).",
+    ),
+    _Arg("lazy_adam", True, bool, "update only the rows looked up in the step."),
+    _Arg("sum_inside_sqrt", True, bool, "use `sqrt(v + eps^2)` instead of `sqrt(v) + eps`."),
+    *_shared_args(accumulation="must be True when `lazy_adam` is False."),
+    _SLOT_FN,
+    _CLIPVALUE,
+    _LOW_DIM,
+)
 class Adam(_Optimizer):
     """Adam without bias correction (the TPU rule).
 
@@ -594,53 +640,16 @@ class Adam(_Optimizer):
     step (rows absent from the step with a zero gradient).
 
     Args:
-      learning_rate: float or zero-argument callable.
-      beta_1: decay of the `momenta` slot, in [0, 1).
-      beta_2: decay of the `velocities` slot, in [0, 1).
-      epsilon: numerical-stability constant, > 0 (1e-7; the estimator-style `AdamParameters` uses 1e-8).
-      lazy_adam: update only the rows looked up in the step.
-      sum_inside_sqrt: use `sqrt(v + eps^2)` instead of `sqrt(v) + eps`.
-      use_gradient_accumulation: must be True when `lazy_adam` is False.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      slot_variable_creation_fn: optional `fn(table_variable, slot_names, slot_initializers) -> dict`.
-      clipvalue: gradient clipping: `c` means `(-c, c)`, or a `(min, max)` pair (either may be None).
-      low_dimensional_packing_status: accepted for compatibility; no effect here.
+      {args}
 
     Raises:
       ValueError: betas outside [0, 1), `epsilon <= 0`, non-lazy Adam or `clipvalue` without accumulation.
     """
 
-    def __init__(
-        self,
-        learning_rate: LearningRateType = 0.001,
-        beta_1: float = 0.9,
-        beta_2: float = 0.999,
-        epsilon: float = 1e-07,
-        lazy_adam: bool = True,
-        sum_inside_sqrt: bool = True,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        slot_variable_creation_fn: Optional[Callable[..., Any]] = None,
-        clipvalue: Optional[ClipValueType] = None,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            slot_variable_creation_fn,
-            low_dimensional_packing_status,
-        )
+    def _configure(
+        self, beta_1, beta_2, epsilon, lazy_adam, sum_inside_sqrt, use_gradient_accumulation, **shared
+    ) -> None:
+        super()._configure(use_gradient_accumulation=use_gradient_accumulation, **shared)
         if beta_1 < 0.0 or beta_1 >= 1.0:
             raise ValueError(f"Argument `beta_1` must be >= 0 and < 1. Received: {beta_1}.")
         if beta_2 < 0.0 or beta_2 >= 1.0:
@@ -684,6 +693,25 @@ class Adam(_Optimizer):
         return params - lr * m / denom, {"momenta": m, "velocities": v}
 
 
+@_constructor(
+    _learning_rate(0.001),
+    _Arg("learning_rate_power", -0.5, float, "`p`, <= 0 (0 means a fixed learning rate)."),
+    _Arg("l1_regularization_strength", 0.0, float, "l1, >= 0."),
+    _Arg("l2_regularization_strength", 0.0, float, "l2, >= 0."),
+    _Arg("beta", 0.0, float, "the paper's beta."),
+    _Arg("initial_accumulator_value", 0.1, float, "initial `accumulators`; must be > 0 (as upstream mid-level)."),
+    *_SHARED_ARGS,
+    _SLOT_FN,
+    _CLIPVALUE,
+    _Arg("multiply_linear_by_learning_rate", False, bool, "use the form where `linears` stores `linear * lr`."),
+    _Arg(
+        "allow_zero_accumulator",
+        False,
+        bool,
+        "a zero denominator (zero accumulator and no l2/beta) gives weight 0 instead of NaN.",
+    ),
+    _LOW_DIM,
+)
 class FTRL(_Optimizer):
     """FTRL-proximal with the TPU's `beta` and `multiply_linear_by_learning_rate` forms.
 
@@ -693,58 +721,24 @@ class FTRL(_Optimizer):
     + beta)`.
 
     Args:
-      learning_rate: float or zero-argument callable.
-      learning_rate_power: `p`, <= 0 (0 means a fixed learning rate).
-      l1_regularization_strength: l1, >= 0.
-      l2_regularization_strength: l2, >= 0.
-      beta: the paper's beta.
-      initial_accumulator_value: initial `accumulators`; must be > 0 (as upstream mid-level).
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      slot_variable_creation_fn: optional `fn(table_variable, slot_names, slot_initializers) -> dict`.
-      clipvalue: gradient clipping: `c` means `(-c, c)`, or a `(min, max)` pair (either may be None).
-      multiply_linear_by_learning_rate: use the form where `linears` stores `linear * lr`.
-      allow_zero_accumulator: a zero denominator (zero accumulator and no l2/beta) gives weight 0 instead of
-        NaN.
-      low_dimensional_packing_status: accepted for compatibility; no effect here.
+      {args}
 
     Raises:
       ValueError: `initial_accumulator_value <= 0`, or `clipvalue` without gradient accumulation.
     """
 
-    def __init__(
+    def _configure(
         self,
-        learning_rate: LearningRateType = 0.001,
-        learning_rate_power: float = -0.5,
-        l1_regularization_strength: float = 0.0,
-        l2_regularization_strength: float = 0.0,
-        beta: float = 0.0,
-        initial_accumulator_value: float = 0.1,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        slot_variable_creation_fn: Optional[Callable[..., Any]] = None,
-        clipvalue: Optional[ClipValueType] = None,
-        multiply_linear_by_learning_rate: bool = False,
-        allow_zero_accumulator: bool = False,
-        low_dimensional_packing_status: bool = False,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-            slot_variable_creation_fn,
-            low_dimensional_packing_status,
-        )
+        learning_rate_power,
+        l1_regularization_strength,
+        l2_regularization_strength,
+        beta,
+        initial_accumulator_value,
+        multiply_linear_by_learning_rate,
+        allow_zero_accumulator,
+        **shared,
+    ) -> None:
+        super()._configure(**shared)
         if initial_accumulator_value <= 0:
             raise ValueError(
                 f"Argument `initial_accumulator_value` must be a positive float. Received: {initial_accumulator_value}"
@@ -813,6 +807,14 @@ class FTRL(_Optimizer):
 # ---- optimizers that only the estimator-style API names ------------------------------------------------------------
 
 
+@_constructor(
+    _learning_rate(0.001),
+    _Arg("initial_accumulator_value", 0.1, float, "initial `accumulators`, > 0."),
+    _Arg("l1_regularization_strength", 0.0, float, "l1, >= 0."),
+    _Arg("l2_regularization_strength", 0.0, float, "l2, >= 0."),
+    *_SHARED_ARGS,
+    _CLIPVALUE,
+)
 class ProximalAdagrad(_Optimizer):
     """Proximal Adagrad (FOBOS), as TensorFlow's `ResourceSparseApplyProximalAdagrad` kernel computes it.
 
@@ -820,43 +822,16 @@ class ProximalAdagrad(_Optimizer):
     documentation writes `lr*l1` and `lr*l2`; the kernel, and therefore this rule, uses the per-element rate `r`.)
 
     Args:
-      learning_rate: float or zero-argument callable.
-      initial_accumulator_value: initial `accumulators`, > 0.
-      l1_regularization_strength: l1, >= 0.
-      l2_regularization_strength: l2, >= 0.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clipvalue: gradient clipping: `c` means `(-c, c)`, or a `(min, max)` pair (either may be None).
+      {args}
 
     Raises:
       ValueError: invalid accumulator or regularization strengths.
     """
 
-    def __init__(
-        self,
-        learning_rate: LearningRateType = 0.001,
-        initial_accumulator_value: float = 0.1,
-        l1_regularization_strength: float = 0.0,
-        l2_regularization_strength: float = 0.0,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clipvalue: Optional[ClipValueType] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-        )
+    def _configure(
+        self, initial_accumulator_value, l1_regularization_strength, l2_regularization_strength, **shared
+    ) -> None:
+        super()._configure(**shared)
         _check_proximal_adagrad(initial_accumulator_value, l1_regularization_strength, l2_regularization_strength)
         self.initial_accumulator_value = initial_accumulator_value
         self.l1_regularization_strength = l1_regularization_strength
@@ -899,44 +874,23 @@ class ProximalAdagrad(_Optimizer):
         )
 
 
+@_constructor(
+    _learning_rate(0.001),
+    _Arg("momentum", 0.0, float, "the momentum."),
+    _Arg("use_nesterov", False, bool, "use Nesterov momentum."),
+    *_SHARED_ARGS,
+    _CLIPVALUE,
+)
 class Momentum(_Optimizer):
     """Momentum, as TensorFlow's `ResourceSparseApplyMomentum` kernel computes it.
 
     `a = momentum*a + g`; `w -= lr*g + lr*momentum*a` with Nesterov, else `w -= lr*a`.
 
     Args:
-      learning_rate: float or zero-argument callable.
-      momentum: the momentum.
-      use_nesterov: use Nesterov momentum.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clipvalue: gradient clipping: `c` means `(-c, c)`, or a `(min, max)` pair (either may be None).
-    """
+      {args}"""
 
-    def __init__(
-        self,
-        learning_rate: LearningRateType = 0.001,
-        momentum: float = 0.0,
-        use_nesterov: bool = False,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clipvalue: Optional[ClipValueType] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-        )
+    def _configure(self, momentum, use_nesterov, **shared) -> None:
+        super()._configure(**shared)
         self.momentum = momentum
         self.use_nesterov = use_nesterov
 
@@ -973,46 +927,24 @@ class Momentum(_Optimizer):
         )
 
 
+@_constructor(
+    _learning_rate(0.001),
+    _Arg("rho", 0.9, float, "discount of the `ms` slot."),
+    _Arg("momentum", 0.0, float, "momentum of the `mom` slot."),
+    _Arg("epsilon", 1e-10, float, "added to `ms` inside the square root."),
+    *_SHARED_ARGS,
+    _CLIPVALUE,
+)
 class RMSProp(_Optimizer):
     """RMSProp, as TensorFlow's `ResourceSparseApplyRMSProp` kernel computes it.
 
     `ms = rho*ms + (1-rho)*g^2; mom = momentum*mom + lr*g/sqrt(ms + epsilon); w -= mom`.
 
     Args:
-      learning_rate: float or zero-argument callable.
-      rho: discount of the `ms` slot.
-      momentum: momentum of the `mom` slot.
-      epsilon: added to `ms` inside the square root.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clipvalue: gradient clipping: `c` means `(-c, c)`, or a `(min, max)` pair (either may be None).
-    """
+      {args}"""
 
-    def __init__(
-        self,
-        learning_rate: LearningRateType = 0.001,
-        rho: float = 0.9,
-        momentum: float = 0.0,
-        epsilon: float = 1e-10,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clipvalue: Optional[ClipValueType] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clipvalue,
-        )
+    def _configure(self, rho, momentum, epsilon, **shared) -> None:
+        super()._configure(**shared)
         self.rho = rho
         self.momentum = momentum
         self.epsilon = epsilon
@@ -1069,9 +1001,10 @@ def _check_l1_l2(l1: float, l2: float) -> None:
 
 
 class _OptimizationParameters:
-    """Common hyper-parameters of the estimator-style classes (no update rule of their own)."""
+    """Common hyper-parameters of the estimator-style classes (no update rule of their own); constructors declared
+    by `_constructor`, as the optimizers'."""
 
-    def __init__(
+    def _configure(
         self,
         learning_rate: float,
         use_gradient_accumulation: bool,
@@ -1124,86 +1057,41 @@ class _OptimizationParameters:
         return f"{type(self).__name__}({args})"
 
 
+@_constructor(
+    _LEARNING_RATE,
+    *_SHARED_ARGS,
+    _CLIP_GRADIENT_MIN,
+    _CLIP_GRADIENT_MAX,
+)
 class StochasticGradientDescentParameters(_OptimizationParameters):
     """Estimator-style SGD parameters.
 
     Args:
-      learning_rate: the learning rate.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clip_gradient_min: gradient lower bound; needs gradient accumulation.
-      clip_gradient_max: gradient upper bound; needs gradient accumulation.
-    """
-
-    def __init__(
-        self,
-        learning_rate: float,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clip_gradient_min: Optional[float] = None,
-        clip_gradient_max: Optional[float] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
+      {args}"""
 
     def to_optimizer(self) -> _Optimizer:
         return self._build(SGD)
 
 
+@_constructor(
+    _LEARNING_RATE,
+    _Arg("initial_accumulator", 0.1, float, "initial accumulator value, > 0."),
+    *_SHARED_ARGS,
+    _CLIP_GRADIENT_MIN,
+    _CLIP_GRADIENT_MAX,
+)
 class AdagradParameters(_OptimizationParameters):
     """Estimator-style Adagrad parameters (`initial_accumulator` > 0).
 
     Args:
-      learning_rate: the learning rate.
-      initial_accumulator: initial accumulator value, > 0.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clip_gradient_min: gradient lower bound; needs gradient accumulation.
-      clip_gradient_max: gradient upper bound; needs gradient accumulation.
+      {args}
 
     Raises:
       ValueError: `initial_accumulator <= 0` or clipping without accumulation.
     """
 
-    def __init__(
-        self,
-        learning_rate: float,
-        initial_accumulator: float = 0.1,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clip_gradient_min: Optional[float] = None,
-        clip_gradient_max: Optional[float] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
+    def _configure(self, initial_accumulator, **shared) -> None:
+        super()._configure(**shared)
         if initial_accumulator <= 0:
             raise ValueError(f"Adagrad initial_accumulator must be greater than zero. Received: {initial_accumulator}.")
         self.initial_accumulator = initial_accumulator
@@ -1212,54 +1100,29 @@ class AdagradParameters(_OptimizationParameters):
         return self._build(Adagrad, initial_accumulator_value=self.initial_accumulator)
 
 
+@_constructor(
+    _LEARNING_RATE,
+    _Arg("momentum", _REQUIRED, float, "moving-average parameter of the momentum slot."),
+    _Arg("use_nesterov", False, bool, "use the Nesterov variant."),
+    _Arg("exponent", 2, float, "exponent of the accumulator preconditioner, > 0."),
+    _Arg("beta2", 1, float, "moving-average parameter of the accumulator."),
+    _Arg("epsilon", 1e-10, float, "added to the accumulator, > 0."),
+    *_SHARED_ARGS,
+    _CLIP_GRADIENT_MIN,
+    _CLIP_GRADIENT_MAX,
+)
 class AdagradMomentumParameters(_OptimizationParameters):
     """Estimator-style Adagrad-with-momentum parameters (`momentum` is required).
 
     Args:
-      learning_rate: the learning rate.
-      momentum: moving-average parameter of the momentum slot.
-      use_nesterov: use the Nesterov variant.
-      exponent: exponent of the accumulator preconditioner, > 0.
-      beta2: moving-average parameter of the accumulator.
-      epsilon: added to the accumulator, > 0.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clip_gradient_min: gradient lower bound; needs gradient accumulation.
-      clip_gradient_max: gradient upper bound; needs gradient accumulation.
+      {args}
 
     Raises:
       ValueError: `epsilon <= 0`, `exponent <= 0` or clipping without accumulation.
     """
 
-    def __init__(
-        self,
-        learning_rate: float,
-        momentum: float,
-        use_nesterov: bool = False,
-        exponent: float = 2,
-        beta2: float = 1,
-        epsilon: float = 1e-10,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clip_gradient_min: Optional[float] = None,
-        clip_gradient_max: Optional[float] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
+    def _configure(self, momentum, use_nesterov, exponent, beta2, epsilon, **shared) -> None:
+        super()._configure(**shared)
         if epsilon <= 0:
             raise ValueError("Adagrad momentum: epsilon must be positive")
         if exponent <= 0:
@@ -1281,50 +1144,27 @@ class AdagradMomentumParameters(_OptimizationParameters):
         )
 
 
+@_constructor(
+    _LEARNING_RATE,
+    _Arg("initial_accumulator", 0.1, float, "initial accumulator value, > 0."),
+    _Arg("l1_regularization_strength", 0.0, float, "l1, >= 0."),
+    _Arg("l2_regularization_strength", 0.0, float, "l2, >= 0."),
+    *_SHARED_ARGS,
+    _CLIP_GRADIENT_MIN,
+    _CLIP_GRADIENT_MAX,
+)
 class ProximalAdagradParameters(_OptimizationParameters):
     """Estimator-style proximal Adagrad parameters.
 
     Args:
-      learning_rate: the learning rate.
-      initial_accumulator: initial accumulator value, > 0.
-      l1_regularization_strength: l1, >= 0.
-      l2_regularization_strength: l2, >= 0.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clip_gradient_min: gradient lower bound; needs gradient accumulation.
-      clip_gradient_max: gradient upper bound; needs gradient accumulation.
+      {args}
 
     Raises:
       ValueError: invalid accumulator or strengths, or clipping without accumulation.
     """
 
-    def __init__(
-        self,
-        learning_rate: float,
-        initial_accumulator: float = 0.1,
-        l1_regularization_strength: float = 0.0,
-        l2_regularization_strength: float = 0.0,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clip_gradient_min: Optional[float] = None,
-        clip_gradient_max: Optional[float] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
+    def _configure(self, initial_accumulator, l1_regularization_strength, l2_regularization_strength, **shared) -> None:
+        super()._configure(**shared)
         _check_proximal_adagrad(initial_accumulator, l1_regularization_strength, l2_regularization_strength)
         self.initial_accumulator = initial_accumulator
         self.l1_regularization_strength = l1_regularization_strength
@@ -1339,54 +1179,31 @@ class ProximalAdagradParameters(_OptimizationParameters):
         )
 
 
+@_constructor(
+    _LEARNING_RATE,
+    _Arg("beta1", 0.9, float, "decay of the first moment, in [0, 1)."),
+    _Arg("beta2", 0.999, float, "decay of the second moment, in [0, 1)."),
+    _Arg("epsilon", 1e-08, float, "numerical-stability constant, > 0."),
+    _Arg("lazy_adam", True, bool, "update only rows looked up in the step."),
+    _Arg("sum_inside_sqrt", True, bool, "use `sqrt(v + eps^2)` instead of `sqrt(v) + eps`."),
+    *_shared_args(accumulation="must be True when `lazy_adam` is False."),
+    _CLIP_GRADIENT_MIN,
+    _CLIP_GRADIENT_MAX,
+)
 class AdamParameters(_OptimizationParameters):
     """Estimator-style Adam parameters (note `beta1`/`beta2` names and epsilon default 1e-8).
 
     Args:
-      learning_rate: the learning rate.
-      beta1: decay of the first moment, in [0, 1).
-      beta2: decay of the second moment, in [0, 1).
-      epsilon: numerical-stability constant, > 0.
-      lazy_adam: update only rows looked up in the step.
-      sum_inside_sqrt: use `sqrt(v + eps^2)` instead of `sqrt(v) + eps`.
-      use_gradient_accumulation: must be True when `lazy_adam` is False.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clip_gradient_min: gradient lower bound; needs gradient accumulation.
-      clip_gradient_max: gradient upper bound; needs gradient accumulation.
+      {args}
 
     Raises:
       ValueError: betas outside [0, 1), `epsilon <= 0`, non-lazy Adam or clipping without accumulation.
     """
 
-    def __init__(
-        self,
-        learning_rate: float,
-        beta1: float = 0.9,
-        beta2: float = 0.999,
-        epsilon: float = 1e-08,
-        lazy_adam: bool = True,
-        sum_inside_sqrt: bool = True,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clip_gradient_min: Optional[float] = None,
-        clip_gradient_max: Optional[float] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
+    def _configure(
+        self, beta1, beta2, epsilon, lazy_adam, sum_inside_sqrt, use_gradient_accumulation, **shared
+    ) -> None:
+        super()._configure(use_gradient_accumulation=use_gradient_accumulation, **shared)
         if beta1 < 0.0 or beta1 >= 1.0:
             raise ValueError("beta1 must be between 0. and 1; got {}.".format(beta1))
         if beta2 < 0.0 or beta2 >= 1.0:
@@ -1412,58 +1229,41 @@ class AdamParameters(_OptimizationParameters):
         )
 
 
+@_constructor(
+    _LEARNING_RATE,
+    _Arg("learning_rate_power", -0.5, float, "<= 0."),
+    _Arg("initial_accumulator_value", 0.1, float, ">= 0."),
+    _Arg("l1_regularization_strength", 0.0, float, ">= 0."),
+    _Arg("l2_regularization_strength", 0.0, float, ">= 0."),
+    *_SHARED_ARGS,
+    _Arg("multiply_linear_by_learning_rate", False, bool, "use the form where the linear slot stores `linear * lr`."),
+    _Arg("beta", 0, float, "the paper's beta."),
+    _Arg("allow_zero_accumulator", False, bool, "see `FTRL`."),
+    _CLIP_GRADIENT_MIN,
+    _CLIP_GRADIENT_MAX,
+)
 class FtrlParameters(_OptimizationParameters):
     """Estimator-style FTRL parameters (a zero `initial_accumulator_value` is allowed here).
 
     Args:
-      learning_rate: the learning rate.
-      learning_rate_power: <= 0.
-      initial_accumulator_value: >= 0.
-      l1_regularization_strength: >= 0.
-      l2_regularization_strength: >= 0.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      multiply_linear_by_learning_rate: use the form where the linear slot stores `linear * lr`.
-      beta: the paper's beta.
-      allow_zero_accumulator: see `FTRL`.
-      clip_gradient_min: gradient lower bound; needs gradient accumulation.
-      clip_gradient_max: gradient upper bound; needs gradient accumulation.
+      {args}
 
     Raises:
       ValueError: out-of-range arguments or clipping without accumulation.
     """
 
-    def __init__(
+    def _configure(
         self,
-        learning_rate: float,
-        learning_rate_power: float = -0.5,
-        initial_accumulator_value: float = 0.1,
-        l1_regularization_strength: float = 0.0,
-        l2_regularization_strength: float = 0.0,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        multiply_linear_by_learning_rate: bool = False,
-        beta: float = 0,
-        allow_zero_accumulator: bool = False,
-        clip_gradient_min: Optional[float] = None,
-        clip_gradient_max: Optional[float] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
+        learning_rate_power,
+        initial_accumulator_value,
+        l1_regularization_strength,
+        l2_regularization_strength,
+        multiply_linear_by_learning_rate,
+        beta,
+        allow_zero_accumulator,
+        **shared,
+    ) -> None:
+        super()._configure(**shared)
         if learning_rate_power > 0.0:
             raise ValueError("learning_rate_power must be less than or equal to 0. got {}.".format(learning_rate_power))
         if initial_accumulator_value < 0.0:
@@ -1495,45 +1295,22 @@ class FtrlParameters(_OptimizationParameters):
         )
 
 
+@_constructor(
+    _LEARNING_RATE,
+    _Arg("momentum", _REQUIRED, float, "the momentum."),
+    _Arg("use_nesterov", False, bool, "use Nesterov momentum."),
+    *_SHARED_ARGS,
+    _CLIP_GRADIENT_MIN,
+    _CLIP_GRADIENT_MAX,
+)
 class MomentumParameters(_OptimizationParameters):
     """Estimator-style momentum parameters (`momentum` is required).
 
     Args:
-      learning_rate: the learning rate.
-      momentum: the momentum.
-      use_nesterov: use Nesterov momentum.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clip_gradient_min: gradient lower bound; needs gradient accumulation.
-      clip_gradient_max: gradient upper bound; needs gradient accumulation.
-    """
+      {args}"""
 
-    def __init__(
-        self,
-        learning_rate: float,
-        momentum: float,
-        use_nesterov: bool = False,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clip_gradient_min: Optional[float] = None,
-        clip_gradient_max: Optional[float] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
+    def _configure(self, momentum, use_nesterov, **shared) -> None:
+        super()._configure(**shared)
         self.momentum = momentum
         self.use_nesterov = use_nesterov
 
@@ -1541,47 +1318,23 @@ class MomentumParameters(_OptimizationParameters):
         return self._build(Momentum, momentum=self.momentum, use_nesterov=self.use_nesterov)
 
 
+@_constructor(
+    _LEARNING_RATE,
+    _Arg("rho", _REQUIRED, float, "discount of the mean square."),
+    _Arg("momentum", _REQUIRED, float, "momentum."),
+    _Arg("epsilon", _REQUIRED, float, "added to the mean square inside the square root."),
+    *_SHARED_ARGS,
+    _CLIP_GRADIENT_MIN,
+    _CLIP_GRADIENT_MAX,
+)
 class RMSPropParameters(_OptimizationParameters):
     """Estimator-style RMSProp parameters (`rho`, `momentum`, `epsilon` are required).
 
     Args:
-      learning_rate: the learning rate.
-      rho: discount of the mean square.
-      momentum: momentum.
-      epsilon: added to the mean square inside the square root.
-      use_gradient_accumulation: accepted; the engine always accumulates.
-      clip_weight_min: lower bound for weights after the update; None means -inf.
-      clip_weight_max: upper bound for weights after the update; None means +inf.
-      weight_decay_factor: decoupled weight decay per step; None/0 disables it.
-      multiply_weight_decay_factor_by_learning_rate: multiply the decay factor by the learning rate.
-      clip_gradient_min: gradient lower bound; needs gradient accumulation.
-      clip_gradient_max: gradient upper bound; needs gradient accumulation.
-    """
+      {args}"""
 
-    def __init__(
-        self,
-        learning_rate: float,
-        rho: float,
-        momentum: float,
-        epsilon: float,
-        use_gradient_accumulation: bool = True,
-        clip_weight_min: Optional[float] = None,
-        clip_weight_max: Optional[float] = None,
-        weight_decay_factor: Optional[float] = None,
-        multiply_weight_decay_factor_by_learning_rate: Optional[bool] = None,
-        clip_gradient_min: Optional[float] = None,
-        clip_gradient_max: Optional[float] = None,
-    ):
-        super().__init__(
-            learning_rate,
-            use_gradient_accumulation,
-            clip_weight_min,
-            clip_weight_max,
-            weight_decay_factor,
-            multiply_weight_decay_factor_by_learning_rate,
-            clip_gradient_min,
-            clip_gradient_max,
-        )
+    def _configure(self, rho, momentum, epsilon, **shared) -> None:
+        super()._configure(**shared)
         self.rho = rho
         self.momentum = momentum
         self.epsilon = epsilon

@@ -13,7 +13,7 @@ id has the same float order in every run), and updates the shard once per unique
 """
 
 import abc
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Tuple, Union
 
 import tensorflow as tf
 
@@ -57,19 +57,21 @@ class QueueShardExchange(ShardExchange):
     Args:
       process_index: this process's index among the job's processes.
       num_processes: how many processes take part (every one sends a piece of every shard each update).
-      process_of_device: the index of the process that owns a device (e.g. the task of `/job:worker/task:k/...`).
+      process_of_device: the index of the process that owns each shard device: a mapping `{device: process}`, or a
+        function of the device (e.g. the task of `/job:worker/task:k/...`).
       host_device: this process's host device.
       queue_prefix: shared names of the queues start with it; processes of one job must use the same.
 
     Raises:
-      ValueError: `process_index` is not in `[0, num_processes)`.
+      ValueError: `process_index` is not in `[0, num_processes)`; (from `route`) a mapping `process_of_device` names
+        no process for a shard's device.
     """
 
     def __init__(
         self,
         process_index: int,
         num_processes: int,
-        process_of_device: Callable[[str], int],
+        process_of_device: Union[Mapping[str, int], Callable[[str], int]],
         host_device: str,
         queue_prefix: str = "tpu_embedding_gradient_pieces",
     ):
@@ -82,6 +84,17 @@ class QueueShardExchange(ShardExchange):
         self._prefix = queue_prefix
         self._queues = {}
         self._sent: List[tf.Operation] = []
+
+    def _owner(self, shard_device: str) -> int:
+        if not isinstance(self._process_of_device, Mapping):
+            return self._process_of_device(shard_device)
+        if shard_device not in self._process_of_device:
+            raise ValueError(
+                "process_of_device names no process for the shard device {!r} (it names {}).".format(
+                    shard_device, sorted(self._process_of_device)
+                )
+            )
+        return self._process_of_device[shard_device]
 
     def _queue(self, table_name: str, shard: int, shard_device: str, dim: int) -> tf.queue.FIFOQueue:
         key = (table_name, shard)
@@ -102,7 +115,7 @@ class QueueShardExchange(ShardExchange):
     def route(self, table_name: str, shard: int, shard_device: str, piece: Piece, dim: int) -> Optional[List[Piece]]:
         queue = self._queue(table_name, shard, shard_device, dim)
         ids, grads = piece
-        owner = self._process_of_device(shard_device)
+        owner = self._owner(shard_device)
         if owner != self.process_index:
             with tf.device(shard_device):
                 self._sent.append(queue.enqueue([tf.constant(self.process_index, tf.int32), ids, grads]))

@@ -6,6 +6,7 @@ visible, so that shards are real TensorFlow devices without the user touching `s
 
 import collections
 import contextlib
+import enum
 import json
 import os
 import re
@@ -57,8 +58,14 @@ def parse_iterations_per_loop(iterations_per_loop: Any) -> IterationsPerLoopCoun
     return IterationsPerLoopCounter(value, "seconds" if suffix else "count")
 
 
-class InputPipelineConfig(object):
-    """How `input_fn` is deployed; see `TPUConfig.per_host_input_for_training`."""
+class InputPipelineConfig(enum.IntEnum):
+    """How `input_fn` is deployed; see `TPUConfig.per_host_input_for_training`.
+
+    The members are upstream's ints (`InputPipelineConfig.PER_HOST_V2 == 3`): a program may pass either.
+
+    >>> InputPipelineConfig(3) is InputPipelineConfig.PER_HOST_V2
+    True
+    """
 
     PER_SHARD_V1 = 1
     PER_HOST_V1 = 2
@@ -67,12 +74,23 @@ class InputPipelineConfig(object):
     SLICED = 5
 
 
+def as_input_pipeline_config(value: Any) -> Any:
+    """`value` as an `InputPipelineConfig` member when it is one of their ints (`True`/`False` and other values are
+    returned as they are)."""
+    if isinstance(value, bool):
+        return value
+    try:
+        return InputPipelineConfig(value)
+    except (ValueError, TypeError):
+        return value
+
+
 def input_pipeline_config_name(value: Any) -> str:
     """How error messages name an input configuration, e.g. `InputPipelineConfig.PER_SHARD_V1 (1)`."""
-    for name in ("PER_SHARD_V1", "PER_HOST_V1", "PER_HOST_V2", "BROADCAST", "SLICED"):
-        if value is not True and value is not False and value == getattr(InputPipelineConfig, name):
-            return "InputPipelineConfig.{} ({})".format(name, value)
-    return repr(value)
+    member = as_input_pipeline_config(value)
+    if not isinstance(member, InputPipelineConfig):
+        return repr(value)
+    return "InputPipelineConfig.{} ({})".format(member.name, int(member))
 
 
 class TPUConfig(
@@ -131,7 +149,7 @@ class TPUConfig(
         if input_partition_dims is not None:
             if len(input_partition_dims) != 1 and len(input_partition_dims) != 2:
                 raise ValueError("input_partition_dims must be a list/tuple with one or two elements.")
-            if per_host_input_for_training is not InputPipelineConfig.PER_HOST_V2:
+            if as_input_pipeline_config(per_host_input_for_training) is not InputPipelineConfig.PER_HOST_V2:
                 raise ValueError("input_partition_dims is only supported in PER_HOST_V2 mode.")
             if num_cores_per_replica is None:
                 raise ValueError("input_partition_dims requires setting num_cores_per_replica.")
@@ -152,6 +170,8 @@ class TPUConfig(
             per_host_input_for_training = InputPipelineConfig.PER_SHARD_V1
         elif per_host_input_for_training is True:
             per_host_input_for_training = InputPipelineConfig.PER_HOST_V1
+        per_host_input_for_training = as_input_pipeline_config(per_host_input_for_training)
+        eval_training_input_configuration = as_input_pipeline_config(eval_training_input_configuration)
         if initial_infeed_sleep_secs:
             check_positive_integer(initial_infeed_sleep_secs, "TPUConfig initial_infeed_sleep_secs")
         check_positive_integer(experimental_host_call_every_n_steps, "TPUConfig experimental_host_call_every_n_steps")
@@ -186,7 +206,7 @@ def check_training_input_configuration(tpu_config: "TPUConfig") -> None:
             "TPUConfig per_host_input_for_training=InputPipelineConfig.SLICED ({}) cannot be used for training: "
             "SLICED is an evaluation/prediction input configuration. Train with PER_HOST_V1, PER_HOST_V2, "
             "PER_SHARD_V1 or BROADCAST, and set eval_training_input_configuration=InputPipelineConfig.SLICED to "
-            "evaluate with it.".format(InputPipelineConfig.SLICED)
+            "evaluate with it.".format(int(InputPipelineConfig.SLICED))
         )
 
 

@@ -74,12 +74,15 @@ def _with_host_checks(spec: Any, cluster: cluster_lib.Cluster, config: RunConfig
 
 
 @dataclasses.dataclass(frozen=True)
-class _TrainInputFn:
-    """`train()`'s `input_fn` with what its call tells the training loop, handed by the Estimator to
-    `_call_input_fn` unopened (the Estimator's only channel from `train()` to `model_fn` on both cores)."""
+class _InputFnOfCall:
+    """`train()`'s or `evaluate()`'s `input_fn` with what the call tells the loop on shards, handed by the Estimator
+    to `_call_input_fn` unopened (the Estimator's only channel from `train()`/`evaluate()` to `model_fn` on both
+    cores): the steps that size and stop the loops, whether `train()` was given a `CheckpointSaverHook`."""
 
     input_fn: Callable[..., Any]
-    hooks_save_checkpoints: bool
+    steps: Optional[int] = None
+    max_steps: Optional[int] = None
+    hooks_save_checkpoints: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +173,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             check_positive_integer(train_batch_size, "train_batch_size")
             _check_int32(train_batch_size, "train_batch_size")
             if (
-                config.tpu_config.per_host_input_for_training is InputPipelineConfig.PER_SHARD_V1
+                config.tpu_config.per_host_input_for_training == InputPipelineConfig.PER_SHARD_V1
                 and config.tpu_config.num_cores_per_replica
             ):
                 raise ValueError(
@@ -283,8 +286,11 @@ class TPUEstimator(_estimator_lib.Estimator):
             if cluster is not None and cluster.is_chief:
                 # With one process per host, the chief checks for every host (the hosts' own checks would race).
                 cluster_lib.check_model_dir(cluster, self._model_dir, self._config.session_config)
-            train_input_fn = _TrainInputFn(
-                input_fn, any(isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks or ())
+            train_input_fn = _InputFnOfCall(
+                input_fn,
+                steps,
+                max_steps,
+                any(isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks or ()),
             )
             hooks = list(hooks or []) + guarded.hooks
             with data_errors.named_in_first_line():
@@ -338,7 +344,9 @@ class TPUEstimator(_estimator_lib.Estimator):
         if checkpoint_path is None:
             checkpoint_state.verify_checkpoint_state(self._model_dir, for_training=False)
         with cluster_lib.reporting_faults(self._config.tpu_cluster, "evaluate()"), data_errors.named_in_first_line():
-            return super(TPUEstimator, self).evaluate(input_fn, steps, hooks, checkpoint_path, name)
+            return super(TPUEstimator, self).evaluate(
+                _InputFnOfCall(input_fn, steps), steps, hooks, checkpoint_path, name
+            )
 
     def predict(self, input_fn, predict_keys=None, hooks=None, checkpoint_path=None, yield_single_examples=True):
         """The Estimator's `predict`; on a cluster a lost host raises `cluster.ClusterError` naming it; a failed check
@@ -405,9 +413,8 @@ class TPUEstimator(_estimator_lib.Estimator):
 
     def _call_input_fn(self, input_fn, mode, input_context=None):
         """Calls `input_fn` on the CPU path; on shards returns it deferred, to be called inside `model_fn`."""
-        hooks_save_checkpoints = False
-        if isinstance(input_fn, _TrainInputFn):
-            input_fn, hooks_save_checkpoints = input_fn.input_fn, input_fn.hooks_save_checkpoints
+        call = input_fn if isinstance(input_fn, _InputFnOfCall) else _InputFnOfCall(input_fn)
+        input_fn = call.input_fn
         input_fn_args = _estimator_lib.fn_args(input_fn)
         kwargs = {}
         if "params" not in input_fn_args:
@@ -433,7 +440,7 @@ class TPUEstimator(_estimator_lib.Estimator):
             with tf.compat.v1.device("/device:CPU:0"):
                 return input_fn(**kwargs)
 
-        return DeferredInput(input_fn, kwargs, hooks_save_checkpoints)
+        return DeferredInput(input_fn, kwargs, call.steps, call.max_steps, call.hooks_save_checkpoints)
 
     def _validate_features_in_predict_input(self, result):
         # The input pipeline checks PREDICT inputs itself (a Dataset is required on shards).
@@ -449,7 +456,9 @@ class TPUEstimator(_estimator_lib.Estimator):
             check_positive_integer(steps, "Train steps")
         if max_steps is not None:
             check_positive_integer(max_steps, "Train max_steps")
-        return [hooks_lib.LoopStopHook(self._iterations_per_training_loop, steps, max_steps)]
+        # The training loop brings its `LoopStopHook` (handed its loop-length tensor; `train()`'s steps reach it
+        # with `input_fn`, `_InputFnOfCall`).
+        return []
 
     def _convert_eval_steps_to_hooks(self, steps):
         ctx = self._sharding_context(ModeKeys.EVAL)
@@ -457,9 +466,9 @@ class TPUEstimator(_estimator_lib.Estimator):
             if steps is None:
                 raise ValueError("Evaluate `steps` must be set on TPU. Cannot be `None`.")
             check_positive_integer(steps, "Eval steps")
-            # As upstream on a TPU: the N steps run in one loop (one Session.run).
-            hooks = super(TPUEstimator, self)._convert_eval_steps_to_hooks(steps)
-            return list(hooks) + [hooks_lib.EvalLoopLengthHook(steps)]
+            # As upstream on a TPU: the N steps run in one loop (one Session.run), whose length the evaluation loop
+            # gets with `input_fn` (`_InputFnOfCall`).
+            return super(TPUEstimator, self)._convert_eval_steps_to_hooks(steps)
         return super(TPUEstimator, self)._convert_eval_steps_to_hooks(steps)
 
     # ---- model_fn wrapping ----------------------------------------------------------------------------------
@@ -499,10 +508,12 @@ class TPUEstimator(_estimator_lib.Estimator):
                 progress=self._progress_settings(),
                 saves_checkpoints=bool(config.save_checkpoints_secs or config.save_checkpoints_steps)
                 and not deferred_input.hooks_save_checkpoints,
+                steps=deferred_input.steps,
+                max_steps=deferred_input.max_steps,
             )
             spec = TrainLoop(settings, loop, ctx).build(deferred_input.call)
         elif mode == ModeKeys.EVAL:
-            spec = EvalLoop(settings, ctx).build(deferred_input.call)
+            spec = EvalLoop(settings, ctx, deferred_input.steps).build(deferred_input.call)
         else:
             spec = predict_step.PredictStep(settings, ctx).build(deferred_input.call)
         if ctx.process_per_host:

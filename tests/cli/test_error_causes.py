@@ -5,16 +5,14 @@ import re
 
 import pytest
 
-from tests.cli.test_runtime_errors import error_line, run_in_process
+from tests.cli.test_runtime_errors import failed_training, run_in_process
 
 
 def test_a_diverging_model_names_the_non_finite_values_and_what_to_do(tmp_path, capsys):
-    status = run_in_process(
-        "train", "--config=dlrm_tiny", f"--model_dir={tmp_path / 'm'}", "--set=train.steps=10",
-        "--set=optimizer.dense.name=sgd", "--set=optimizer.dense.learning_rate=1e30",
+    message = failed_training(
+        capsys, f"--model_dir={tmp_path / 'm'}", "--set=train.steps=10", "--set=optimizer.dense.name=sgd",
+        "--set=optimizer.dense.learning_rate=1e30",
     )  # fmt: skip
-    assert status == 2
-    message = error_line(capsys, "train")
     assert re.fullmatch(
         r"tpu-estimator train: error: training produced NaN or Inf values: Non-finite embedding gradient for table "
         r"'emb_cat_\d+' \(features 'cat_\d+'\) : Tensor had (NaN|Inf|Inf and NaN) values \(the model diverged: lower "
@@ -37,13 +35,11 @@ def corrupt_tfrecord(tmp_path_factory):
 
 
 def test_a_corrupt_tfrecord_keeps_the_offset_and_names_the_file(corrupt_tfrecord, tmp_path, capsys):
-    status = run_in_process(
-        "train", "--config=dlrm_tiny", f"--model_dir={tmp_path / 'm'}", "--set=train.steps=30",
-        "--set=data.source=tfrecord", f"--set=data.train_paths=[{corrupt_tfrecord}]",
+    message = failed_training(
+        capsys, f"--model_dir={tmp_path / 'm'}", "--set=train.steps=30", "--set=data.source=tfrecord",
+        f"--set=data.train_paths=[{corrupt_tfrecord}]",
         "--validate_rows=0",  # TensorFlow's reader's error (the sample checked before training would name it first)
     )  # fmt: skip
-    assert status == 2
-    message = error_line(capsys, "train")
     assert re.fullmatch(
         rf"tpu-estimator train: error: data \({re.escape(str(corrupt_tfrecord))}\): not readable as data.source "
         r"tfrecord: corrupted record at \d+ \(a truncated file, or data.source/data.compression not matching the "
@@ -53,11 +49,7 @@ def test_a_corrupt_tfrecord_keeps_the_offset_and_names_the_file(corrupt_tfrecord
 
 
 def test_a_batch_too_large_for_one_tensor_is_refused_before_tensorflow_starts(tmp_path, capsys):
-    status = run_in_process(
-        "train", "--config=dlrm_tiny", f"--model_dir={tmp_path / 'm'}", f"--set=train.batch_size={2**30}"
-    )
-    assert status == 2
-    assert error_line(capsys, "train") == (
+    assert failed_training(capsys, f"--model_dir={tmp_path / 'm'}", f"--set=train.batch_size={2**30}") == (
         "tpu-estimator train: error: train.batch_size: at most 8388608 rows, got 1073741824 (a batch's 26 categorical "
         "ids, 8 bytes each per row, must stay under TensorFlow's 2 GB limit of one tensor)"
     )

@@ -23,6 +23,12 @@ def run_in_process(*args):
     return cli.run(flag_values(["tpu-estimator"] + list(args)), flag_values)
 
 
+def failed_training(capsys, *args) -> str:
+    """`train` with `args`: it fails with status 2; its one-line error."""
+    assert run_in_process("train", "--config=dlrm_tiny", *args) == 2
+    return error_line(capsys, "train")
+
+
 def error_line(capsys, subcommand):
     """The last line of stderr, which must be the command's one-line error."""
     err = capsys.readouterr().err.strip().splitlines()

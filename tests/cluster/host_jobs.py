@@ -9,6 +9,7 @@ import sys
 import time
 from typing import List, Tuple
 
+import pytest
 import tensorflow as tf
 
 from tests.cluster.local_cluster import worker_env
@@ -51,6 +52,22 @@ def checkpoint_values(model_dir) -> dict:
 def host_results(model_dir, num_hosts: int) -> List[dict]:
     """What each host's program wrote to `model_dir/result_host<i>.json`."""
     return [json.load(open(os.path.join(model_dir, "result_host{}.json".format(h)))) for h in range(num_hosts)]
+
+
+def check_hosts_as_one(one: dict, many: List[dict]) -> dict:
+    """Every host of a job reports the one-host run's metrics, and the hosts' predictions (each its own rows, by row
+    id) together are the one host's; returns them joined."""
+    for result in many:  # every host reports the job's metrics: replica 0's loss, every host's rows
+        for key, value in one["metrics"].items():
+            assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    joined = {}
+    for result in many:
+        assert not set(result["predictions"]) & set(joined)
+        joined.update(result["predictions"])
+    assert set(joined) == set(one["predictions"])
+    for row, logit in one["predictions"].items():
+        assert joined[row] == pytest.approx(logit, rel=1e-5, abs=1e-6), row
+    return joined
 
 
 def kill_one_host_mid_training(

@@ -45,16 +45,7 @@ def test_tables_sharded_over_host_processes_train_evaluate_and_predict_as_one_ho
 
     (one,) = host_jobs.host_results(tmp_path / "one", 1)
     many = host_jobs.host_results(tmp_path / "many", num_hosts)
-    for result in many:
-        for key, value in one["metrics"].items():
-            assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-    joined = {}
-    for result in many:
-        assert not set(result["predictions"]) & set(joined)
-        joined.update(result["predictions"])
-    assert set(joined) == set(one["predictions"])
-    for row, logit in one["predictions"].items():
-        assert joined[row] == pytest.approx(logit, rel=1e-5, abs=1e-6), row
+    host_jobs.check_hosts_as_one(one, many)
 
 
 def test_a_killed_chief_fails_the_other_host_within_60s_and_the_job_resumes(tmp_path):

@@ -42,17 +42,7 @@ def test_hosts_in_processes_of_their_own_equal_one_host(tmp_path, num_hosts, sha
     (one,) = host_jobs.host_results(tmp_path / "one", 1)
     many = host_jobs.host_results(tmp_path / "many", num_hosts)
     assert [r["is_chief"] for r in many] == [True] + [False] * (num_hosts - 1)
-    for result in many:  # every host reports the job's metrics: replica 0's loss, every host's rows
-        for key, value in one["metrics"].items():
-            assert result["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
-    # Each host predicts its own rows; together they are the one host's predictions.
-    joined = {}
-    for result in many:
-        assert not set(result["predictions"]) & set(joined)
-        joined.update(result["predictions"])
-    assert set(joined) == set(one["predictions"])
-    for row, logit in one["predictions"].items():
-        assert joined[row] == pytest.approx(logit, rel=1e-5, abs=1e-6), row
+    joined = host_jobs.check_hosts_as_one(one, many)
     # Every host's export_saved_model returns the one SavedModel the chief wrote, which serves the predictions.
     assert len({r["exported"] for r in many}) == 1
     assert os.listdir(tmp_path / "many" / "export") == [os.path.basename(many[0]["exported"])]

@@ -5,22 +5,11 @@ The batch is large enough (2 x 2400 ids for the shared table) that one host dedu
 """
 
 import numpy as np
-import pytest
 
 import tpu_estimator as te
 from tests.cluster import model
-from tests.cluster.local_cluster import LocalCluster
 
 BATCH = 2400
-
-
-@pytest.fixture(scope="module")
-def cluster3(tmp_path_factory):
-    cluster = LocalCluster(3, str(tmp_path_factory.mktemp("cluster3_logs")))
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
 
 
 def test_three_hosts_per_host_v1_train_like_one_host(tmp_path, cluster3):

@@ -4,13 +4,11 @@ Each example asserts its results itself (served SavedModel == `predict()` / the 
 the README's example is run by test_readme.py.
 """
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.docs.test_readme import BLOCKS, REPO, our_warnings, subprocess_env
+from tests.docs.test_readme import BLOCKS, REPO, our_warnings, run_served_program
 
 INCLUDED_IN_README = {b.include for b in BLOCKS if b.include}
 EXAMPLES = sorted(p.name for p in (REPO / "examples").glob("*.py"))
@@ -23,16 +21,7 @@ def test_examples_exist_and_the_readme_shows_one():
 
 @pytest.mark.parametrize("name", [n for n in EXAMPLES if f"examples/{n}" not in INCLUDED_IN_README])
 def test_example_runs_and_checks_itself(name, tmp_path: Path):
-    result = subprocess.run(
-        [sys.executable, str(REPO / "examples" / name)],
-        cwd=tmp_path,
-        env=subprocess_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, f"examples/{name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    assert "served" in result.stdout, result.stdout
+    result = run_served_program(REPO / "examples" / name, tmp_path, f"examples/{name}")
     assert (tmp_path / "model").is_dir()  # EXAMPLE_MODEL_DIR is honoured
     # No deprecation (or other) warning from our code or the example at default settings.
     assert our_warnings(result.stderr) == []

@@ -91,6 +91,21 @@ def our_warnings(stderr: str, *programs: Path) -> list:
     ]
 
 
+def run_served_program(program: Path, tmp_path: Path, name: str) -> subprocess.CompletedProcess:
+    """Runs `python program` in `tmp_path` (an example's environment); it must succeed and print that it served. Returns its result."""
+    result = subprocess.run(
+        [sys.executable, str(program)],
+        cwd=tmp_path,
+        env=subprocess_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, f"{name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    assert "served" in result.stdout, result.stdout
+    return result
+
+
 # ------------------------------------------------------------------------------------------------- all blocks
 @pytest.mark.quick
 def test_every_block_has_a_checked_language():
@@ -119,16 +134,7 @@ def test_included_blocks_equal_their_files(block):
 def test_python_blocks_run(block, tmp_path):
     program = tmp_path / "readme_program.py"
     program.write_text(block.code, encoding="utf-8")
-    result = subprocess.run(
-        [sys.executable, str(program)],
-        cwd=tmp_path,
-        env=subprocess_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, f"{block_id(block)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    assert "served" in result.stdout, result.stdout
+    result = run_served_program(program, tmp_path, block_id(block))
     # No deprecation (or other) warning from our code or the program at default settings.
     assert our_warnings(result.stderr, program) == []
 

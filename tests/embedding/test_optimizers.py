@@ -784,3 +784,49 @@ def test_sharded_table_update_is_the_same_rule_on_either_path(monkeypatch, prefe
     accum = 0.1 + np.array([[1.0, 4.0], [9.0, 1.0]])
     expected = 1.0 - 0.5 * np.array([[1.0, 2.0], [3.0, -1.0]]) / np.sqrt(accum)
     np.testing.assert_allclose(rows, np.vstack([[1.0, 1.0], expected]), rtol=1e-6)
+
+
+def _parameters(cls):
+    import inspect
+
+    return [(p.name, p.default, p.kind) for p in inspect.signature(cls).parameters.values()]
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "AdagradMomentum", "Adam", "FTRL"])
+def test_mid_level_signatures_are_tensorflows(name):
+    """Names, order (positional or keyword), defaults: the constructors `_constructor` declares are TensorFlow's."""
+    assert _parameters(getattr(opt_lib, name)) == _parameters(getattr(tf.tpu.experimental.embedding, name))
+
+
+@pytest.mark.upstream
+@pytest.mark.parametrize(
+    "name",
+    [
+        "StochasticGradientDescentParameters",
+        "AdagradParameters",
+        "AdagradMomentumParameters",
+        "ProximalAdagradParameters",
+        "AdamParameters",
+        "FtrlParameters",
+        "MomentumParameters",
+        "RMSPropParameters",
+    ],
+)
+def test_estimator_style_signatures_are_upstreams(name):
+    from tensorflow.python.tpu import tpu_embedding as upstream
+
+    assert _parameters(getattr(opt_lib, name)) == _parameters(getattr(upstream, name))
+
+
+def test_a_constructor_takes_positional_arguments_and_names_a_missing_one():
+    opt = opt_lib.Adagrad(0.5, 0.2, True, -1.0, 1.0)
+    assert (opt.learning_rate, opt.initial_accumulator_value, opt.clip_weight_min, opt.clip_weight_max) == (
+        0.5,
+        0.2,
+        -1.0,
+        1.0,
+    )
+    with pytest.raises(TypeError, match="MomentumParameters.__init__.. missing a required argument: 'momentum'"):
+        opt_lib.MomentumParameters(0.1)
+    with pytest.raises(TypeError, match="SGD.__init__.. got an unexpected keyword argument 'beta'"):
+        opt_lib.SGD(beta=1.0)

@@ -105,10 +105,12 @@ def test_hosts_in_processes_of_their_own_train_as_one_batch(case, shards_per_hos
             np.testing.assert_allclose(got[table][key], expected[table][key], rtol=1e-5, atol=1e-5, err_msg=key)
 
 
-def test_only_the_owner_updates_a_shard():
+@pytest.mark.parametrize("owners", ["function", "mapping"])
+def test_only_the_owner_updates_a_shard(owners):
     with tf.Graph().as_default():
         devices = ["/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"]
-        exchange = QueueShardExchange(1, 2, _task, devices[1])
+        process_of_device = _task if owners == "function" else {devices[0]: 0, devices[1]: 1}
+        exchange = QueueShardExchange(1, 2, process_of_device, devices[1])
         engine = EmbeddingEngine(
             feature_config(), CASES["adagrad"][0](), num_shards=2, devices=devices, shard_exchange=exchange
         )
@@ -136,3 +138,12 @@ def test_only_the_owner_updates_a_shard():
 def test_process_index_out_of_range_is_refused():
     with pytest.raises(ValueError, match=r"process_index must be in \[0, 2\), got 2"):
         QueueShardExchange(2, 2, _task, "/job:worker/task:0/device:CPU:0")
+
+
+def test_a_shard_device_the_mapping_does_not_name_is_refused():
+    with tf.Graph().as_default():
+        devices = ["/job:worker/task:0/device:CPU:0", "/job:worker/task:1/device:CPU:0"]
+        exchange = QueueShardExchange(1, 2, {devices[1]: 1}, devices[1])
+        piece = (tf.constant([0], tf.int64), tf.zeros([1, 2]))
+        with pytest.raises(ValueError, match="names no process for the shard device '/job:worker/task:0/device:CPU:0'"):
+            exchange.route("t", 0, devices[0], piece, 2)

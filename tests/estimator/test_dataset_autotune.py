@@ -73,7 +73,7 @@ def test_the_input_iterator_reads_a_sequential_pipeline_without_autotuning_and_t
         return D.from_tensor_slices((ids, ids * 2.0)).map(lambda i, x: ({"i": i}, x)).batch(4).prefetch(2)
 
     with tf.Graph().as_default():
-        source = _Source(pipeline(), "/cpu:0", allow_tensors=False, sleep_secs=None, checkpoint_position=False)
+        source = _Source(pipeline(), "/cpu:0", allow_tensors=False, sleep_secs=None, position_index=None)
         assert _autotune_enabled_values(_iterated_dataset()) == [False]
         got = source._iterator.get_next()
         expected = tf.compat.v1.data.make_one_shot_iterator(pipeline()).get_next()
@@ -92,6 +92,6 @@ def test_the_input_iterator_keeps_autotuning_where_it_has_work():
             "/cpu:0",
             allow_tensors=False,
             sleep_secs=None,
-            checkpoint_position=False,
+            position_index=None,
         )
         assert _autotune_enabled_values(_iterated_dataset()) == []

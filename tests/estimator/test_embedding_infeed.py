@@ -18,3 +18,12 @@ from tpu_estimator.embedding_stage import embedding_infeed
 )
 def test_steps_per_run_amortises_the_run_over_the_ids_of_its_steps(batch, features, steps):
     assert embedding_infeed.steps_per_run(batch, features) == steps
+
+
+def test_each_mode_has_its_host_stage_type():
+    stages = embedding_infeed.HostStage
+    assert type(stages.for_training(None, None)) is embedding_infeed.PreprocessIds
+    assert type(stages.for_evaluation(None, None)) is embedding_infeed.LookUp
+    assert type(stages.for_prediction(None, None)) is embedding_infeed.LookUpPadded
+    with pytest.raises(TypeError):
+        stages(None, None)  # abstract: a stage is one of the modes'

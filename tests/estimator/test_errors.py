@@ -214,3 +214,20 @@ def test_infeed_thread_error_surfaces_promptly(tmp_path):
         return x, y
 
     _assert_training_fails_within_30s(tmp_path, input_fn, "bad row from the infeed thread")
+
+
+def test_a_train_estimator_spec_on_shards_is_read_as_a_tpu_estimator_spec():
+    from tpu_estimator import _estimator_lib
+    from tpu_estimator.specs.spec import verify_spec_on_shards
+
+    with tf.Graph().as_default():
+        loss = tf.constant(1.0)
+        train_op = tf.no_op()
+        hook = tf.compat.v1.train.StopAtStepHook(last_step=1)
+        spec = _estimator_lib.EstimatorSpec(
+            mode=_estimator_lib.ModeKeys.TRAIN, loss=loss, train_op=train_op, training_hooks=[hook]
+        )
+        verified = verify_spec_on_shards(spec, _estimator_lib.ModeKeys.TRAIN)
+    assert type(verified) is te.TPUEstimatorSpec
+    assert (verified.loss, verified.train_op, verified.training_hooks) == (loss, train_op, (hook,))
+    assert (verified.host_call, verified.scaffold_fn, verified.eval_metrics) == (None, None, None)

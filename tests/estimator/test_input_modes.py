@@ -137,3 +137,39 @@ def test_batch_axis_splits_on_the_given_axis(tmp_path):
     estimator = te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=32, batch_axis=[1, 0])
     estimator.train(input_fn, max_steps=1)
     assert seen == [[5, 16]]  # replica 0's half; model_fn is traced once (replica 1 is a copy on the other half)
+
+
+def test_input_pipeline_config_is_an_int_enum_with_upstream_values():
+    import enum
+
+    from tpu_estimator.tpu_config import input_pipeline_config_name
+
+    assert issubclass(IPC, enum.IntEnum)
+    values = {member.name: int(member) for member in IPC}
+    assert values == {"PER_SHARD_V1": 1, "PER_HOST_V1": 2, "PER_HOST_V2": 3, "BROADCAST": 4, "SLICED": 5}
+    try:  # upstream's plain ints, where tensorflow_estimator imports (TF 2.15)
+        from tensorflow_estimator.python.estimator.tpu import tpu_config as upstream
+    except ImportError:
+        upstream = None
+    if upstream is not None:
+        assert values == {name: getattr(upstream.InputPipelineConfig, name) for name in values}
+    # Upstream's ints and True/False are taken; the config holds the member.
+    assert te.TPUConfig(per_host_input_for_training=3).per_host_input_for_training is IPC.PER_HOST_V2
+    assert te.TPUConfig(per_host_input_for_training=True).per_host_input_for_training is IPC.PER_HOST_V1
+    assert te.TPUConfig(per_host_input_for_training=False).per_host_input_for_training is IPC.PER_SHARD_V1
+    assert te.TPUConfig(
+        per_host_input_for_training=3, input_partition_dims=[[1, 1]], num_cores_per_replica=1
+    ).input_partition_dims == [[1, 1]]
+    assert IPC.PER_HOST_V2 == 3 and IPC.PER_HOST_V2 + 1 == 4 and isinstance(IPC.SLICED, int)
+    assert input_pipeline_config_name(3) == "InputPipelineConfig.PER_HOST_V2 (3)"
+    assert input_pipeline_config_name(IPC.BROADCAST) == "InputPipelineConfig.BROADCAST (4)"
+    assert input_pipeline_config_name(True) == "True"
+    assert input_pipeline_config_name(9) == "9"
+
+
+def test_each_input_mode_has_a_reader_of_the_one_protocol():
+    from tpu_estimator.inputs import input_pipeline as ip
+
+    readers = (ip._PerHostV2Reader, ip._PerShardReader, ip._HostBatchReader)
+    assert all(ip.InputReader in reader.__mro__ for reader in readers)
+    assert [name for name in vars(ip.InputReader) if not name.startswith("_")] == ["read"]

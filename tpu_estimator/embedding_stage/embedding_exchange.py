@@ -59,14 +59,10 @@ def gradient_piece_exchange(
     """
     owner = {device: h for device, h in zip(replica_devices, host_of_replica)}
     num_hosts = max(host_of_replica) + 1
-
-    def process_of_device(device: str) -> int:
-        return owner[device]
-
     return QueueShardExchange(
         host,
         num_hosts,
-        process_of_device,
+        owner,
         host_device,
         queue_prefix="tpu_embedding_gradient_pieces/{}".format(generation),
     )

@@ -14,6 +14,7 @@ On a cluster every host has its own queue on its CPU, holding its replicas' part
 crosses the network.
 """
 
+import abc
 from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
@@ -45,48 +46,63 @@ def steps_per_run(global_batch_size: Optional[int], num_features: int) -> int:
     return int(min(_MAX_STEPS_PER_RUN, max(_MIN_STEPS_PER_RUN, -(-_IDS_PER_RUN // ids_per_step))))
 
 
-class HostStage(object):
+class HostStage(abc.ABC):
     """What the infeed thread builds for one step, per mode: reads the input and runs the embedding's host part.
 
-    Build it with the constructor of its mode; `EmbeddingInfeed` calls it once, in its enqueue loop's body.
+    One subclass per mode (`PreprocessIds`: TRAIN, `LookUp`: EVAL, `LookUpPadded`: PREDICT), built by the mode's
+    constructor here; `EmbeddingInfeed` calls it once, in its enqueue loop's body.
 
     Args:
       pipeline: the mode's input pipeline, its `input_fn` called.
       bridge: the mode's `EmbeddingBridge`.
-      mode: which stage: "preprocess" (TRAIN), "look_up" (EVAL) or "look_up_padded" (PREDICT).
     """
 
-    _MODES = ("preprocess", "look_up", "look_up_padded")
-
-    def __init__(self, pipeline: InputPipeline, bridge: EmbeddingBridge, mode: str):
-        if mode not in self._MODES:
-            raise ValueError("HostStage mode must be one of {}, got {!r}.".format(self._MODES, mode))
+    def __init__(self, pipeline: InputPipeline, bridge: EmbeddingBridge):
         self._pipeline = pipeline
         self._bridge = bridge
-        self._mode = mode
 
-    @classmethod
-    def for_training(cls, pipeline: InputPipeline, bridge: EmbeddingBridge) -> "HostStage":
+    @staticmethod
+    def for_training(pipeline: InputPipeline, bridge: EmbeddingBridge) -> "HostStage":
         """TRAIN: reads a step and preprocesses its ids; the step looks up the activations after the last update."""
-        return cls(pipeline, bridge, "preprocess")
+        return PreprocessIds(pipeline, bridge)
 
-    @classmethod
-    def for_evaluation(cls, pipeline: InputPipeline, bridge: EmbeddingBridge) -> "HostStage":
+    @staticmethod
+    def for_evaluation(pipeline: InputPipeline, bridge: EmbeddingBridge) -> "HostStage":
         """EVAL: reads a step and looks up its activations (the tables do not change)."""
-        return cls(pipeline, bridge, "look_up")
+        return LookUp(pipeline, bridge)
 
-    @classmethod
-    def for_prediction(cls, pipeline: InputPipeline, bridge: EmbeddingBridge) -> "HostStage":
+    @staticmethod
+    def for_prediction(pipeline: InputPipeline, bridge: EmbeddingBridge) -> "HostStage":
         """PREDICT: reads a padded batch and looks up its activations; each replica's part carries its padding mask."""
-        return cls(pipeline, bridge, "look_up_padded")
+        return LookUpPadded(pipeline, bridge)
+
+    @abc.abstractmethod
+    def __call__(self) -> HostParts:
+        """Builds one step's host part (in the enqueue loop's body): per host, what its queue holds."""
+
+
+class PreprocessIds(HostStage):
+    """TRAIN: one step's ids preprocessed per host (`EmbeddingBridge.preprocess`), with the step's inputs."""
 
     def __call__(self) -> HostParts:
         step = self._pipeline.next_step()
-        if self._mode == "preprocess":
-            return self._bridge.host_parts(*self._bridge.preprocess(step.per_replica))
+        return self._bridge.host_parts(*self._bridge.preprocess(step.per_replica))
+
+
+class LookUp(HostStage):
+    """EVAL: one step's inputs with their activations looked up (`EmbeddingBridge.prepare`), per host."""
+
+    def __call__(self) -> HostParts:
+        per_replica, _ = self._bridge.prepare(self._pipeline.next_step().per_replica)
+        return self._bridge.per_host(per_replica)
+
+
+class LookUpPadded(HostStage):
+    """PREDICT: as `LookUp`, each replica's part with its padding mask."""
+
+    def __call__(self) -> HostParts:
+        step = self._pipeline.next_step()
         per_replica, _ = self._bridge.prepare(step.per_replica)
-        if self._mode == "look_up":
-            return self._bridge.per_host(per_replica)
         return self._bridge.per_host(list(zip(per_replica, step.padding_masks)))
 
 

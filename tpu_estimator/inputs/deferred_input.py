@@ -1,7 +1,7 @@
 """`DeferredInput`: what the Estimator's `_call_input_fn` returns on shards, `input_fn` to be called per host."""
 
 import dataclasses
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -13,12 +13,16 @@ class DeferredInput:
       input_fn: the user's `input_fn`.
       kwargs: its arguments (`params` holds the batch size for `input_fn`; `config`, `mode`, `input_context` when it
         takes them).
+      steps: `train()`'s or `evaluate()`'s `steps` (the loop's length and stop).
+      max_steps: `train()`'s `max_steps`.
       hooks_save_checkpoints: `train()` was given a `CheckpointSaverHook` (the training loop then brings no checkpoint
         saver of its own).
     """
 
     input_fn: Callable[..., Any]
     kwargs: Dict[str, Any]
+    steps: Optional[int] = None
+    max_steps: Optional[int] = None
     hooks_save_checkpoints: bool = False
 
     def call(self, context: Any) -> Any:

@@ -9,7 +9,7 @@ queue by an infeed thread (`TensorInfeedHook`).
 import contextlib
 import threading
 import time
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -202,7 +202,7 @@ class _Source(object):
     """One `input_fn` invocation's output: a dataset iterator or a queue of tensors."""
 
     def __init__(
-        self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int], checkpoint_position: bool
+        self, result: Any, device: str, allow_tensors: bool, sleep_secs: Optional[int], position_index: Optional[int]
     ):
         self.hook = None
         self.initializer = None
@@ -215,8 +215,8 @@ class _Source(object):
                 self._iterator = tf.compat.v1.data.make_initializable_iterator(result)
                 self.initializer = self._iterator.initializer
                 self._queue = None
-                if checkpoint_position:
-                    self.position = input_position.InputPosition(result, self._iterator, device)
+                if position_index is not None:
+                    self.position = input_position.InputPosition(result, self._iterator, device, position_index)
             elif not allow_tensors:
                 raise TypeError("`input_fn` must return a `Dataset` for this mode.")
             else:
@@ -373,7 +373,16 @@ class StepInput(NamedTuple):
     padding_masks: Optional[List[tf.Tensor]] = None
 
 
-class _PerHostV2Reader(object):
+class InputReader(Protocol):
+    """How one input mode reads a step from the sources its `input_fn` calls returned (one reader per mode:
+    `_PerHostV2Reader`, `_PerShardReader`, `_HostBatchReader`)."""
+
+    def read(self) -> StepInput:
+        """Builds one step's reads: `(features, labels)` per replica (and, in PREDICT, the padding masks)."""
+        ...
+
+
+class _PerHostV2Reader(InputReader):
     """PER_HOST_V2: one dataset of per-replica batches, read once per replica.
 
     The reads are chained (replica r reads after replica r-1) unless
@@ -428,7 +437,7 @@ class _PerHostV2Reader(object):
         return StepInput(padded, masks)
 
 
-class _PerShardReader(object):
+class _PerShardReader(InputReader):
     """PER_SHARD_V1: one `input_fn` call per replica; each replica reads its own."""
 
     def __init__(self, sources: List["_Source"]):
@@ -438,7 +447,7 @@ class _PerShardReader(object):
         return StepInput([source.get_next() for source in self._sources])
 
 
-class _HostBatchReader(object):
+class _HostBatchReader(InputReader):
     """PER_HOST_V1 and SLICED: one host batch split over the replicas on `batch_axis`; BROADCAST: every replica
     gets the whole batch (in PREDICT only replica 0's rows are real)."""
 
@@ -592,7 +601,7 @@ class InputPipeline(object):
         self._ctx = ctx
         self._batch_axis = batch_axis
         self._whole_host_keys = tuple(whole_host_keys)
-        self._reader = None
+        self._reader: Optional[InputReader] = None
 
     def build(self) -> List[tf.compat.v1.train.SessionRunHook]:
         """Calls `input_fn` (outside any loop) and returns the hooks that start the input.
@@ -625,21 +634,25 @@ class InputPipeline(object):
             if input_mode == InputPipelineConfig.PER_HOST_V2 and not _is_dataset(result):
                 raise TypeError("`input_fn` must return a `Dataset` for the PER_HOST_V2 input pipeline configuration.")
             # The position of a training dataset marked by `input_position.checkpoint_position` is checkpointed.
-            checkpoint_position = ctx.mode == ModeKeys.TRAIN and input_position.is_marked(result)
-            sources.append(_Source(result, device, allow_tensors, sleep_secs, checkpoint_position))
-        if input_mode == InputPipelineConfig.PER_HOST_V2:
-            self._reader = _PerHostV2Reader(sources, ctx)
-        elif input_mode == InputPipelineConfig.PER_SHARD_V1:
-            self._reader = _PerShardReader(sources)
-        else:
-            broadcast = input_mode == InputPipelineConfig.BROADCAST
-            self._reader = _HostBatchReader(sources, ctx, self._batch_axis, broadcast, self._whole_host_keys)
+            position_index = None
+            if ctx.mode == ModeKeys.TRAIN and input_position.is_marked(result):
+                position_index = sum(source.position is not None for source in sources)
+            sources.append(_Source(result, device, allow_tensors, sleep_secs, position_index))
+        self._reader = self._reader_of_mode(input_mode, sources)
         initializers = [s.initializer for s in sources if s.initializer is not None]
         hooks = [s.hook for s in sources if s.hook is not None]
         if initializers:
             positions = [s.position for s in sources if s.position is not None]
             hooks.insert(0, DatasetInitializerHook(initializers, sleep_secs, positions))
         return hooks
+
+    def _reader_of_mode(self, input_mode: InputPipelineConfig, sources: List[_Source]) -> InputReader:
+        if input_mode == InputPipelineConfig.PER_HOST_V2:
+            return _PerHostV2Reader(sources, self._ctx)
+        if input_mode == InputPipelineConfig.PER_SHARD_V1:
+            return _PerShardReader(sources)
+        broadcast = input_mode == InputPipelineConfig.BROADCAST
+        return _HostBatchReader(sources, self._ctx, self._batch_axis, broadcast, self._whole_host_keys)
 
     def next_step(self) -> StepInput:
         """Builds one step's reads: `(features, labels)` for every replica and, in PREDICT, the padding masks.

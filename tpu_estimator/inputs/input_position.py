@@ -28,16 +28,15 @@ marked dataset of the graph (one per `input_fn` call).
 """
 
 import weakref
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List
 
 import tensorflow as tf
 
 from tpu_estimator import _tf_internal
 
-# Per graph: the marked datasets, and the positions built (not graph collections, which a MetaGraph would try to
-# serialize).
+# Per graph: the marked datasets (not a graph collection, which a MetaGraph would try to serialize; not on the
+# dataset, which `checkpoint_position` returns as it is).
 _MARKED: "weakref.WeakKeyDictionary[tf.Graph, list]" = weakref.WeakKeyDictionary()
-_POSITIONS: "weakref.WeakKeyDictionary[tf.Graph, list]" = weakref.WeakKeyDictionary()
 KEY_PREFIX = "input_position"
 _IGNORE_EXTERNAL_STATE = 1  # `SerializeIterator`'s external_state_policy: 0 warn, 1 ignore, 2 fail.
 
@@ -123,13 +122,11 @@ class InputPosition(object):
       dataset: the marked dataset.
       iterator: the training iterator made of it (initialized by the input pipeline's hook).
       device: where the iterator lives.
+      index: its index among the positions of the graph (one per `input_fn` call), in its checkpoint keys.
     """
 
-    def __init__(self, dataset: tf.data.Dataset, iterator, device: str):
+    def __init__(self, dataset: tf.data.Dataset, iterator, device: str, index: int):
         graph = tf.compat.v1.get_default_graph()
-        built = _POSITIONS.setdefault(graph, [])
-        index = len(built)
-        built.append(self)
         self.key = "{}/{}".format(KEY_PREFIX, index)
         self.device = device
         self.main = iterator
@@ -268,8 +265,3 @@ class InputPosition(object):
                 raise AssertionError("the input position's skip loop read {} batches".format(skipped))
         session.run(self._zero_skip)
         return skipped
-
-
-def positions(graph: Optional[tf.Graph] = None) -> List[InputPosition]:
-    """The `InputPosition`s of `graph` (default: the default graph)."""
-    return list(_POSITIONS.get(graph or tf.compat.v1.get_default_graph(), []))

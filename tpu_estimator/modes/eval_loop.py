@@ -59,10 +59,17 @@ class EvalLoop(shared_stages.ModeOnShards):
     Args:
       settings: what every mode on shards needs (`model_fn`, params, embedding spec, ...).
       ctx: the `ShardingContext` of EVAL.
+      steps: `evaluate()`'s `steps`, the loop's length: all of them run in one `Session.run`.
+
+    Raises:
+      ValueError: `steps` is None.
     """
 
-    def __init__(self, settings: shared_stages.ShardedSettings, ctx: ShardingContext):
+    def __init__(self, settings: shared_stages.ShardedSettings, ctx: ShardingContext, steps: Optional[int]):
         super(EvalLoop, self).__init__(settings, ctx)
+        if steps is None:
+            raise ValueError("Evaluate `steps` must be set on TPU. Cannot be `None`.")
+        self._steps = steps
         self._metric_variables = MetricVariables()
 
     def build(self, call_input_fn) -> _estimator_lib.EstimatorSpec:
@@ -79,7 +86,7 @@ class EvalLoop(shared_stages.ModeOnShards):
                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                 name="evaluation_steps_read",
             )
-        iterations = hooks_lib.eval_loop_length_tensor()
+        iterations = hooks_lib.eval_loop_length_tensor(self._steps)
         initial = [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)]
 
         traces = []  # what the body's one trace built besides its tensors (replica 0's spec, the metric inputs)

@@ -11,16 +11,9 @@ import tensorflow as tf
 
 from tpu_estimator.tpu_config import IterationsPerLoopCounter
 
-# The graph collection that holds the name of the loop-length tensor of a training graph (`LoopStopHook` is created
-# before the graph is built, so it finds the tensor there). Not upstream's "tpu_estimator_iterations_per_loop": once
-# upstream's tpu_estimator module is imported, that key is registered as a collection of variables, and every
-# checkpoint's meta graph logs "Issue encountered when serializing" for anything else in it. A name (bytes) is
-# serialized as is.
-ITERATIONS_PER_LOOP_COLLECTION = "tpu_estimator_training_loop_length_tensor_name"
-
 
 def iterations_per_loop_tensor(default: int) -> tf.Tensor:
-    """The loop-length tensor of the training loop (fed by `LoopStopHook`), registered in the graph.
+    """The loop-length tensor of the training loop (fed by its `LoopStopHook`).
 
     Args:
       default: the loop length when nothing is fed.
@@ -28,61 +21,19 @@ def iterations_per_loop_tensor(default: int) -> tf.Tensor:
     Returns:
       A scalar int32 `placeholder_with_default`.
     """
-    iterations = tf.compat.v1.placeholder_with_default(tf.constant(default, tf.int32), [], name="iterations_per_loop")
-    tf.compat.v1.add_to_collection(ITERATIONS_PER_LOOP_COLLECTION, iterations.name)
-    return iterations
+    return tf.compat.v1.placeholder_with_default(tf.constant(default, tf.int32), [], name="iterations_per_loop")
 
 
-# The graph collection that holds the name of the evaluation loop's length tensor (fed by `EvalLoopLengthHook`).
-EVAL_LOOP_LENGTH_COLLECTION = "tpu_estimator_evaluation_loop_length_tensor_name"
-
-
-def eval_loop_length_tensor() -> tf.Tensor:
-    """The loop-length tensor of the evaluation loop (fed by `EvalLoopLengthHook`; 1 when nothing is fed)."""
-    iterations = tf.compat.v1.placeholder_with_default(tf.constant(1, tf.int32), [], name="evaluation_loop_length")
-    tf.compat.v1.add_to_collection(EVAL_LOOP_LENGTH_COLLECTION, iterations.name)
-    return iterations
-
-
-def _registered_loop_length(collection: str, loop: str) -> tf.Tensor:
-    """The loop-length tensor registered in the default graph's `collection`.
-
-    The Estimator creates its step hooks (`_convert_train_steps_to_hooks`, `_convert_eval_steps_to_hooks`) before it
-    calls `model_fn`, so these hooks find the tensor by name in the graph they are begun in: the only graph
-    collections the loops write.
-
-    Raises:
-      RuntimeError: the graph has no such loop (or several).
-    """
-    found = tf.compat.v1.get_collection(collection)
-    if len(found) != 1:
-        raise RuntimeError(
-            "The TPUEstimator {} loop was not found in the graph ({} tensors in collection {!r}).".format(
-                loop, len(found), collection
-            )
-        )
-    return tf.compat.v1.get_default_graph().get_tensor_by_name(found[0])
-
-
-class EvalLoopLengthHook(tf.compat.v1.train.SessionRunHook):
-    """Feeds `evaluate(steps=N)`'s N as the evaluation loop's length: all N steps run in one `Session.run`.
+def eval_loop_length_tensor(steps: int) -> tf.Tensor:
+    """The loop-length tensor of the evaluation loop: `evaluate(steps=N)`'s N steps run in one `Session.run`.
 
     Args:
-      steps: the number of evaluation steps.
+      steps: `evaluate()`'s `steps`.
 
-    Raises:
-      RuntimeError (from `begin`): the graph has no evaluation loop on shards.
+    Returns:
+      A scalar int32 `placeholder_with_default` of value `steps`.
     """
-
-    def __init__(self, steps: int):
-        self._steps = int(steps)
-        self._iterations = None
-
-    def begin(self):
-        self._iterations = _registered_loop_length(EVAL_LOOP_LENGTH_COLLECTION, "evaluation")
-
-    def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs(fetches=None, feed_dict={self._iterations: self._steps})
+    return tf.compat.v1.placeholder_with_default(tf.constant(steps, tf.int32), [], name="evaluation_loop_length")
 
 
 class LoopStopHook(tf.compat.v1.train.SessionRunHook):
@@ -90,11 +41,11 @@ class LoopStopHook(tf.compat.v1.train.SessionRunHook):
 
     Each `Session.run` runs `min(remaining, iterations_per_loop)` steps, so `max_steps` is hit exactly. With a time
     `iterations_per_loop` (`'30s'`), the first loop runs one step and later loops as many steps as the measured
-    step time fits into the period. The loop-length tensor is the one `iterations_per_loop_tensor` registered in
-    the graph (`Estimator.train` creates the stop hooks before it builds the graph).
+    step time fits into the period. The training loop makes it with its loop-length tensor.
 
     Args:
       iterations_per_loop: the parsed `TPUConfig.iterations_per_loop`.
+      iterations: the loop-length tensor it feeds (`iterations_per_loop_tensor`).
       num_steps: steps to run from the current global step (`train(steps=...)`).
       last_step: global step to stop at (`train(max_steps=...)`).
 
@@ -105,12 +56,13 @@ class LoopStopHook(tf.compat.v1.train.SessionRunHook):
     def __init__(
         self,
         iterations_per_loop: IterationsPerLoopCounter,
+        iterations: tf.Tensor,
         num_steps: Optional[int] = None,
         last_step: Optional[int] = None,
     ):
         if num_steps is None and last_step is None:
             raise ValueError("One of num_steps or last_step must be specified.")
-        self._iterations = None
+        self._iterations = iterations
         self._ipl = iterations_per_loop
         self._num_steps = num_steps
         self._last_step = last_step
@@ -122,7 +74,6 @@ class LoopStopHook(tf.compat.v1.train.SessionRunHook):
         self._global_step_tensor = tf.compat.v1.train.get_global_step()
         if self._global_step_tensor is None:
             raise RuntimeError("Global step should be created to use LoopStopHook.")
-        self._iterations = _registered_loop_length(ITERATIONS_PER_LOOP_COLLECTION, "training")
 
     def after_create_session(self, session, coord):
         self._current_step = int(session.run(self._global_step_tensor))

@@ -5,6 +5,7 @@ read inputs -> embedding lookup -> replicate `model_fn` -> their own reduction o
 stages they have in common.
 """
 
+import abc
 import dataclasses
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
@@ -17,7 +18,7 @@ from tpu_estimator.hosts.collectives import HostCollectives
 from tpu_estimator.replicas import replication, stamping
 from tpu_estimator.specs.context import ShardingContext, TPUContext
 from tpu_estimator.specs.embedding_spec import EmbeddingConfigSpec
-from tpu_estimator.specs.spec import call_user_model_fn, verify_spec_on_shards
+from tpu_estimator.specs.spec import TPUEstimatorSpec, call_user_model_fn, verify_spec_on_shards
 
 ModeKeys = _estimator_lib.ModeKeys
 
@@ -41,7 +42,7 @@ class ShardedSettings:
     embedding_config_spec: Optional[EmbeddingConfigSpec]
 
 
-class ModeOnShards(object):
+class ModeOnShards(abc.ABC):
     """Builds one mode's graph on shards (`TrainLoop`, `EvalLoop`, `PredictStep`) from fixed settings.
 
     Args:
@@ -53,18 +54,23 @@ class ModeOnShards(object):
         self._settings = settings
         self._ctx = ctx
 
+    @abc.abstractmethod
+    def build(self, call_input_fn: Callable[[TPUContext], Any]) -> Any:
+        """Calls `input_fn` (through `call_input_fn(context)`), builds the mode's graph and returns its
+        `EstimatorSpec`."""
+
 
 class Replicas(NamedTuple):
     """What replicating `model_fn` built.
 
     Attributes:
-      specs: the specs `model_fn` returned, one per replica (replica 0's side effects run).
+      specs: the specs `model_fn` returned (as `TPUEstimatorSpec`s), one per replica (replica 0's side effects run).
       num_reductions: the cross-replica reductions built.
       tapped_gradients: in TRAIN with embeddings, the activation gradients of every replica
         (`embedding_bridge.TappedGradients`); otherwise None.
     """
 
-    specs: List[Any]
+    specs: List[TPUEstimatorSpec]
     num_reductions: int
     tapped_gradients: Optional[TappedGradients] = None
 
@@ -178,7 +184,7 @@ def _stamped_replicas(
     """`model_fn` traced once on replica 0; each other replica's spec and tapped gradients are copies of its own."""
     with stamping.building_replica0(devices, per_replica, collectives) as stamped:
         spec = replica_fn(0)
-    fields = {name: getattr(spec, name) for name in _PER_REPLICA_FIELDS if getattr(spec, name, None) is not None}
+    fields = {name: getattr(spec, name) for name in _PER_REPLICA_FIELDS if getattr(spec, name) is not None}
     taps = tapped.of_replica(0) if tapped is not None else {}
     specs = [spec]
     for replica in range(1, len(devices)):

@@ -9,7 +9,8 @@ One step, top to bottom (`TrainLoop._step`):
    build per replica (`replication.py`); replica 0's `train_op` runs;
 3. reduce and update: dense gradients are summed across replicas by `CrossShardOptimizer` inside the replicas
    (checked here); the embedding gradients tapped in every replica (`Replicas.tapped_gradients`) are joined and
-   applied once per unique id by the engine (`embedding_bridge.py`), now or, pipelined, in the next step;
+   applied once per unique id by the engine, by the loop's `EmbeddingUpdate` (`embedding_update.py`): now, pipelined
+   in the next step, or exchanged with the other hosts;
 4. host calls: `host_call` tensors of every replica are concatenated and queued every
    `experimental_host_call_every_n_steps` steps; `host_fn` runs after the loop (`host_calls.HostCallOutfeed`).
 
@@ -24,7 +25,9 @@ from typing import Any, List, Optional, Tuple
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib, _tf_internal
+from tpu_estimator.embedding_stage import embedding_update
 from tpu_estimator.embedding_stage.embedding_bridge import EmbeddingBridge
+from tpu_estimator.embedding_stage.embedding_update import EmbeddingUpdate
 from tpu_estimator.estimator_core import checkpoint_saver
 from tpu_estimator.hosts import mirrored_variables
 from tpu_estimator.hosts.collectives import HostCollectives
@@ -50,12 +53,16 @@ class TrainLoopSettings:
       saves_checkpoints: the loop brings the chief's checkpoint saver (`estimator_core.checkpoint_saver`, which
         writes `graph.pbtxt` natively), in place of the Estimator's default one: the `RunConfig` saves checkpoints
         and `train()` was given no `CheckpointSaverHook`.
+      steps: `train()`'s `steps` (the loop's `LoopStopHook` stops after them).
+      max_steps: `train()`'s `max_steps` (or stops at this global step).
     """
 
     iterations_per_loop: IterationsPerLoopCounter
     host_call_every_n_steps: int
     progress: hooks_lib.ProgressSettings
     saves_checkpoints: bool = False
+    steps: Optional[int] = None
+    max_steps: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +72,12 @@ class TracedTrainLoop:
     Attributes:
       loss: the last step's loss, after every step's updates of the `Session.run`.
       replica0_spec: what replica 0's `model_fn` returned (its hooks, scaffold and host call).
+      iterations: the loop-length tensor (fed by the loop's `LoopStopHook`).
     """
 
     loss: tf.Tensor
     replica0_spec: Any
+    iterations: tf.Tensor
 
 
 class TrainLoop(shared_stages.ModeOnShards):
@@ -90,20 +99,25 @@ class TrainLoop(shared_stages.ModeOnShards):
         collectives = shared_stages.host_collectives(self._ctx)
         bridge = shared_stages.build_embedding_bridge(self._settings, self._ctx, collectives)
         feed = StepFeed.for_training(FeedSources(call_input_fn, self._settings, self._ctx, bridge))
-        traced = self._build_loop(feed, bridge, collectives)
+        update = embedding_update.for_training(bridge, feed.embedding_exchange)
+        traced = self._build_loop(feed, bridge, update, collectives)
         if bridge is not None:
             # Outside the loop: registration builds initialisation checks that must not live in the loop frame.
             bridge.register_checkpoint_names(tf.compat.v1.get_default_graph())
         spec = traced.replica0_spec
-        hooks = feed.input_hooks + ([feed.infeed_hook] if feed.infeed_hook else [])
+        settings = self._loop_settings
+        hooks = [
+            hooks_lib.LoopStopHook(settings.iterations_per_loop, traced.iterations, settings.steps, settings.max_steps)
+        ]
+        hooks += feed.input_hooks + ([feed.infeed_hook] if feed.infeed_hook else [])
         if feed.embedding_exchange is not None:
             hooks.append(feed.embedding_exchange.hook)
         hooks += list(spec.training_hooks or [])
-        if getattr(spec, "host_call", None) is not None:
+        if spec.host_call is not None:
             hooks.append(self._host_calls.hook(spec.host_call))
         hooks.extend(self._progress_hooks(traced.loss))
         hooks.append(hooks_lib.InstallSignalHandlerHook())
-        scaffold = call_scaffold_fn(getattr(spec, "scaffold_fn", None))
+        scaffold = call_scaffold_fn(spec.scaffold_fn)
         if collectives is not None:
             scaffold = mirrored_variables.mirror_from_chief(tf.compat.v1.get_default_graph(), collectives, scaffold)
         return _estimator_lib.EstimatorSpec(
@@ -136,24 +150,27 @@ class TrainLoop(shared_stages.ModeOnShards):
     # ---- the loop ---------------------------------------------------------------------------------------------
 
     def _build_loop(
-        self, feed: StepFeed, bridge: Optional[EmbeddingBridge], collectives: Optional[HostCollectives]
+        self,
+        feed: StepFeed,
+        bridge: Optional[EmbeddingBridge],
+        update: Optional[EmbeddingUpdate],
+        collectives: Optional[HostCollectives],
     ) -> TracedTrainLoop:
         """The while loop of one `Session.run`; its loss is the last step's (after every step's updates)."""
         ipl = self._loop_settings.iterations_per_loop
         iterations = hooks_lib.iterations_per_loop_tensor(ipl.value if ipl.unit == "count" else 1)
-        pipelined = bridge is not None and bridge.pipelined
         initial = [tf.constant(0, tf.int32), tf.constant(0.0, tf.float32)]
         invariants = [tf.TensorShape([]), tf.TensorShape([])]
-        if pipelined:
-            initial += bridge.empty_pending()
-            invariants += bridge.pending_shape_invariants()
+        if update is not None:
+            initial += update.initial_pending()
+            invariants += update.pending_shape_invariants()
 
         # The while loop keeps only the tensors its body returns; replica 0's spec (hooks, scaffold, host call) is
         # kept from the body's one trace here.
         replica0_specs = []
 
         def step(step_counter, unused_loss, *pending):
-            next_loop_vars, replica0_spec = self._step(feed, bridge, collectives, step_counter, list(pending))
+            next_loop_vars, replica0_spec = self._step(feed, bridge, update, collectives, step_counter, list(pending))
             replica0_specs.append(replica0_spec)
             return next_loop_vars
 
@@ -168,18 +185,15 @@ class TrainLoop(shared_stages.ModeOnShards):
             )
         replica0_spec = replica0_specs[-1]
         loss = outputs[1]
-        if pipelined:
-            # The last step's update is applied when the loop ends, so every step's update lands in this Session.run.
-            with tf.control_dependencies([loss]):
-                final_update = bridge.apply_pending(list(outputs[2:]))
-            with tf.control_dependencies([final_update]):
-                loss = tf.identity(loss)
-        return TracedTrainLoop(loss, replica0_spec)
+        if update is not None:
+            loss = update.after_loop(loss, list(outputs[2:]))
+        return TracedTrainLoop(loss, replica0_spec, iterations)
 
     def _step(
         self,
         feed: StepFeed,
         bridge: Optional[EmbeddingBridge],
+        update: Optional[EmbeddingUpdate],
         collectives: Optional[HostCollectives],
         step: tf.Tensor,
         pending: List[tf.Tensor],
@@ -192,8 +206,8 @@ class TrainLoop(shared_stages.ModeOnShards):
         step_ops = graph.get_operations()[first_op:]
         spec = replicas.specs[0]
         side_effects = [spec.train_op]
-        embedding_update, next_pending = self._update_embeddings(feed, bridge, inputs, replicas, pending, step_ops)
-        side_effects += embedding_update
+        updates, next_pending = self._update_embeddings(update, inputs, replicas, pending, step_ops)
+        side_effects += updates
         side_effects += self._enqueue_host_calls(replicas, step, step_ops)
         with tf.control_dependencies(side_effects):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
@@ -220,38 +234,27 @@ class TrainLoop(shared_stages.ModeOnShards):
 
     def _update_embeddings(
         self,
-        feed: StepFeed,
-        bridge: Optional[EmbeddingBridge],
+        update: Optional[EmbeddingUpdate],
         inputs: FedStep,
         replicas: shared_stages.Replicas,
         pending: List[tf.Tensor],
         step_ops,
     ) -> Tuple[List[tf.Operation], List[tf.Tensor]]:
-        """The engine update of this step's tapped gradients (pipelined: of the previous step).
+        """The step's embedding update, by the loop's strategy (immediate, pipelined or exchanged).
 
         Returns:
           `(ops to run with the step, the pending update to carry to the next step)`.
         """
-        if bridge is None:
+        if update is None:
             return [], []
-        next_pending = []
-        if feed.embedding_exchange is not None:
-            update = feed.embedding_exchange.update(replicas.tapped_gradients)
-        elif bridge.pipelined:
-            # The previous step's update runs after this step's lookups: activations are one update stale.
-            looked_up = [t for t in tf.nest.flatten(inputs.per_replica, expand_composites=True) if t is not None]
-            with tf.control_dependencies(looked_up):
-                update = bridge.apply_pending(pending)
-            next_pending = bridge.step_pending(inputs.batches, replicas.tapped_gradients)
-        else:
-            update = bridge.apply_gradients(inputs.batches, replicas.tapped_gradients)
+        op, next_pending = update.step(inputs.per_replica, inputs.batches, replicas.tapped_gradients, pending)
         # As on a TPU, the step's reads (learning_rate_fn(global_step)) see the values from before the step.
-        _tf_internal.order_variable_writes_after([update], step_ops)
-        return [update], next_pending
+        _tf_internal.order_variable_writes_after([op], step_ops)
+        return [op], next_pending
 
     def _enqueue_host_calls(self, replicas: shared_stages.Replicas, step: tf.Tensor, step_ops) -> List[tf.Operation]:
         """Queues the `host_call` tensors of every replica (every n-th step)."""
-        if getattr(replicas.specs[0], "host_call", None) is None:
+        if replicas.specs[0].host_call is None:
             return []
         enqueue, host_tensors = self._host_calls.enqueue([s.host_call for s in replicas.specs], step)
         # The host call sees the variables from before the step's updates, as on a TPU.

@@ -5,7 +5,7 @@ from typing import List, Optional, Tuple
 from tpu_estimator import _estimator_lib
 from tpu_estimator.hosts import shard_devices as devices_lib
 from tpu_estimator.specs.batch_size import check_divisible
-from tpu_estimator.tpu_config import InputPipelineConfig, input_pipeline_config_name
+from tpu_estimator.tpu_config import InputPipelineConfig, as_input_pipeline_config, input_pipeline_config_name
 
 ModeKeys = _estimator_lib.ModeKeys
 
@@ -86,7 +86,7 @@ class ShardingContext(object):
         return True
 
     @property
-    def input_mode(self) -> int:
+    def input_mode(self) -> InputPipelineConfig:
         """The `InputPipelineConfig` value that applies to this mode."""
         tpu_config = self.config.tpu_config
         mode = tpu_config.per_host_input_for_training
@@ -95,7 +95,7 @@ class ShardingContext(object):
                 return InputPipelineConfig.SLICED
             if mode == InputPipelineConfig.PER_SHARD_V1:
                 return InputPipelineConfig.PER_HOST_V1
-        return mode
+        return as_input_pipeline_config(mode)
 
     @property
     def global_batch_size(self) -> Optional[int]:

@@ -151,8 +151,9 @@ def call_user_model_fn(model_fn, features, labels, mode, config, params):
         raise
 
 
-def verify_spec_on_shards(spec, mode: str):
-    """Upstream's checks on what `model_fn` returns on shards; returns `spec`.
+def verify_spec_on_shards(spec, mode: str) -> TPUEstimatorSpec:
+    """Upstream's checks on what `model_fn` returns on shards; returns it as a `TPUEstimatorSpec` (a TRAIN
+    `EstimatorSpec` with its loss, train op, hooks and outputs; its scaffold is ignored, as upstream ignores it).
 
     Raises:
       RuntimeError: EVAL/PREDICT `model_fn` did not return a `TPUEstimatorSpec`.
@@ -175,4 +176,5 @@ def verify_spec_on_shards(spec, mode: str):
         tf.compat.v1.logging.warning(
             "EstimatorSpec.Scaffold is ignored by TPU train/eval. Please use TPUEstimatorSpec."
         )
-    return spec
+    kept = ("mode", "predictions", "loss", "train_op", "export_outputs", "training_hooks")
+    return TPUEstimatorSpec(**{field: getattr(spec, field) for field in kept})
