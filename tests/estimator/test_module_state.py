@@ -47,6 +47,21 @@ STATE: Dict[str, Dict[str, str]] = {
         "_ANSWERED changed by a function": "whether this process has had a session with the cluster (the first "
         "waits for starting hosts; later ones check no host is lost), across estimators and calls",
     },
+    "tpu_estimator/modes/host_agreement.py": {
+        "_instance_keys = itertools.count": "the agreement's collective instance keys, apart from the graphs' (it runs "
+        "in a graph of its own before each call's session), advancing identically on every host",
+        "_instance_keys_lock = threading.Lock": "guards the agreement's instance-key counter",
+        "get_collection(key)": "the graph's variables (GLOBAL/LOCAL_VARIABLES) are what the hosts fingerprint",
+        "get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)": "which fingerprinted variables are trainable",
+    },
+    "tpu_estimator/compat/tpu_hosts.py": {
+        "global _joined": "a TF2 program's first TPU call joins the hosts' job once per process (the client connects "
+        "to the cluster, TensorFlow's process-wide remote context); later calls get the same devices",
+    },
+    "tpu_estimator/app/cli.py": {
+        "_RUNNING changed by a function": "the command running in this process, for the Ctrl-C line (a signal "
+        "handler's thread has no other handle to it)",
+    },
     "tpu_estimator/hosts/collectives.py": {
         "_instance_keys = itertools.count": "collective instance keys must be unique in the process and advance "
         "identically on every host (each host builds the same graphs in the same order)",
