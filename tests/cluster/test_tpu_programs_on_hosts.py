@@ -93,6 +93,35 @@ def test_recommender_with_tpu_embeddings_on_2_hosts_trains_as_1_host_x_2_shards(
         assert many_results["metrics"][key] == pytest.approx(one_results["metrics"][key], rel=1e-5), key
     # Every host predicts the program's 10 rows (its predict input_fn does not shard them).
     assert many_results["top_items"] == one_results["top_items"]
+    # Its host call (a TF1 tf.contrib.summary writer into model_dir) ran on the chief with every replica's losses.
+    one_calls, many_calls = _host_call_events(one / "model"), _host_call_events(many / "model")
+    assert len(many_calls) == len(one_calls) == 2  # the step-3 checkpoint's run, then this one
+    assert sorted(many_calls) == sorted(one_calls)  # (steps, tags) per stream
+    for key in one_calls:
+        np.testing.assert_allclose(many_calls[key], one_calls[key], rtol=1e-5)
+
+
+def _host_call_events(model_dir):
+    """`(steps and tags) -> values` of each events file in `model_dir` with the host call's summaries."""
+    import tensorflow as tf
+
+    streams = {}
+    for name in sorted(os.listdir(str(model_dir))):
+        if not name.startswith("events.out"):
+            continue
+        events = sorted(
+            (
+                event.step,
+                value.tag,
+                float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else value.simple_value,
+            )
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(str(model_dir), name))
+            for value in event.summary.value
+            if value.tag.startswith("host_")
+        )
+        if events:
+            streams[tuple(e[:2] for e in events)] = [e[2] for e in events]
+    return streams
 
 
 def test_mnist_on_2_hosts_evaluates_and_predicts_as_a_pod(tmp_path):
