@@ -25,13 +25,13 @@ from tests.cluster import host_jobs
 PROGRAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "programs")
 
 
-def _command(program, work_dir, *flags):
+def _command(program, work_dir, *flags, tpu="my-tpu"):
     return [
         sys.executable,
         "-m",
         "tpu_estimator.compat.launcher",
         os.path.join(PROGRAMS, program),
-        "--tpu=my-tpu",
+        "--tpu=" + tpu,
         "--model_dir=" + os.path.join(str(work_dir), "model"),
         "--results=" + os.path.join(str(work_dir), "results.json"),
     ] + list(flags)
@@ -126,7 +126,8 @@ def _host_call_events(model_dir):
 
 def test_mnist_on_2_hosts_evaluates_and_predicts_as_a_pod(tmp_path):
     many, single = tmp_path / "many", tmp_path / "single"
-    _run(_command("mnist_tpu.py", many), 2)
+    # The TPU's address, as the program was run on it: tpu-estimator-run ignores it.
+    _run(_command("mnist_tpu.py", many, tpu="grpc://10.0.0.2:8470"), 2)
     trained = _results(many)
     assert trained["metrics"]["global_step"] == 6
     assert trained["estimator_class"] == "tpu_estimator.tpu_estimator.TPUEstimator"
