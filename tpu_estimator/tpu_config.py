@@ -262,12 +262,19 @@ class RunConfig(_estimator_lib.BaseRunConfig):
         self, tpu_config=None, evaluation_master=None, master=None, cluster=None, xla_compile_shards=False, **kwargs
     ):
         job_name = (tpu_config or TPUConfig()).tpu_job_name
-        host_process = cluster is None and master is None and _is_host_process_tf_config(job_name)
+        host_process = _is_host_process_tf_config(job_name)
+        if host_process:
+            # The program's own `cluster=`/`master=` (e.g. `TPUClusterResolver(FLAGS.tpu)`) mean this job, or fail.
+            cluster_lib.check_names_this_job(
+                cluster, master, kwargs.get("session_config"), cluster_lib.tf_config_cluster_spec(), job_name
+            )
+        user_cluster, cluster = cluster, (None if host_process else cluster)
+        master = None if host_process else master
         with _tf_config_hidden() if host_process else contextlib.nullcontext():
             super(RunConfig, self).__init__(**kwargs)
         self._xla_compile_shards = bool(xla_compile_shards)
         self._tpu_config = tpu_config or TPUConfig()
-        self._cluster = cluster
+        self._cluster = user_cluster
         if master is not None:
             if cluster is not None:
                 raise ValueError("Both master and cluster are set.")
@@ -289,7 +296,7 @@ class RunConfig(_estimator_lib.BaseRunConfig):
         self._tpu_cluster = cluster_lib.from_run_config(
             cluster,
             master,
-            kwargs.get("session_config"),
+            None if host_process else kwargs.get("session_config"),
             cluster_lib.tf_config_cluster_spec() if cluster is None else None,
             self._tpu_config.tpu_job_name,
             cluster_lib.tf_config_task() if cluster is None else None,

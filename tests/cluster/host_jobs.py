@@ -36,6 +36,15 @@ def run_program(program: str, args: List[str], num_hosts: int) -> None:
     if num_hosts == 1:
         subprocess.run(command, env=program_env(), check=True, timeout=RUN_TIMEOUT_SECS, capture_output=True)
         return
+    run_program_command(command, num_hosts)
+
+
+def run_program_command(command: List[str], num_hosts: int) -> None:
+    """Runs `command` as a job of `num_hosts` (`tpu_estimator.app.hosts`).
+
+    Raises:
+      AssertionError: a host failed; the message holds the end of every host's output.
+    """
     out = io.StringIO()
     codes = hosts.run_hosts(command, num_hosts, grace_secs=RUN_TIMEOUT_SECS, env=program_env(), out=out)
     lines = out.getvalue().splitlines()

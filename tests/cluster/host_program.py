@@ -3,13 +3,15 @@
     python tests/cluster/host_program.py MODEL_DIR NUM_SHARDS STEPS [SLEEP_PER_STEP_SECS [TIMEOUT_MS]]
 
 The same file runs everywhere: under `TF_CONFIG` (set by `tpu_estimator.app.hosts`) it is one host of a job. It
-trains a dense model (Adam, two layers, cross-replica mean) for STEPS steps, evaluates 2 steps, predicts 24 rows and
+trains a dense model (Adam, two layers, cross-replica mean; a host call writing summaries of every replica's rows)
+for STEPS steps, evaluates 2 steps, predicts 24 rows and
 exports a SavedModel into MODEL_DIR/export,
 (the chief's last checkpoint written 3 s late), then writes what this host saw to MODEL_DIR/result_host<i>.json: the evaluation metrics and the predictions by row id.
 Each host reads its block of every global batch (PER_HOST_V2), as replicas are host-major; training input starts at
 the global batch of the latest checkpoint's step, so a resumed job reads what an uninterrupted one would.
 """
 
+import functools
 import json
 import os
 import sys
@@ -106,9 +108,24 @@ def model_fn(features, labels, mode, params):
         }
         return te.TPUEstimatorSpec(mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
     optimizer = te.CrossShardOptimizer(tf.compat.v1.train.AdamOptimizer(0.05))
-    train_op = optimizer.minimize(loss, tf.compat.v1.train.get_global_step())
+    global_step = tf.compat.v1.train.get_global_step()
+    train_op = optimizer.minimize(loss, global_step)
     hooks = [SleepHook(params["sleep"])] if params["sleep"] else []
-    return te.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=hooks)
+    per_example_loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+    host_call = (
+        functools.partial(host_fn, params["model_dir"]),
+        {"step": tf.reshape(global_step, [1]), "id": features["id"], "loss": per_example_loss},
+    )
+    return te.TPUEstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=hooks, host_call=host_call)
+
+
+def host_fn(model_dir, step, id, loss):
+    """Summaries of every replica's rows (on a pod, of the global batch): their count, id sum and mean loss."""
+    with tf.summary.create_file_writer(model_dir).as_default(), tf.summary.record_if(True):
+        tf.summary.scalar("host_call/rows", tf.cast(tf.size(id), tf.float32), step=step[0])
+        tf.summary.scalar("host_call/id_sum", tf.cast(tf.reduce_sum(id), tf.float32), step=step[0])
+        tf.summary.scalar("host_call/loss", tf.reduce_mean(loss), step=step[0])
+        return tf.compat.v1.summary.all_v2_summary_ops()
 
 
 def main(argv):
@@ -125,7 +142,7 @@ def main(argv):
     estimator = te.TPUEstimator(
         model_fn=model_fn,
         config=config,
-        params={"sleep": sleep},
+        params={"sleep": sleep, "model_dir": model_dir},
         train_batch_size=GLOBAL_BATCH,
         eval_batch_size=GLOBAL_BATCH,
         predict_batch_size=PREDICT_BATCH,

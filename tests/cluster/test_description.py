@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
+from tpu_estimator.compat.cluster_resolver import TPUClusterResolver
 from tpu_estimator.hosts import cluster as cluster_lib
 from tpu_estimator.hosts import shard_devices as devices_lib
 from tpu_estimator.replicas import replication
@@ -55,6 +56,56 @@ def test_from_tf_config(monkeypatch):
     config = te.RunConfig()
     assert config.tpu_cluster.addresses == tuple(SPEC["worker"])
     assert config.master == "grpc://127.0.0.1:2222"
+
+
+def _host_tf_config(monkeypatch, host=1):
+    """TF_CONFIG of host `host` of SPEC's job (one process per host); the host's server is not started."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": SPEC, "task": {"type": "worker", "index": host}}))
+    started = []
+    monkeypatch.setattr(cluster_lib, "host_server", lambda cluster, cpus: started.append((cluster, cpus)))
+    return started
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        lambda: dict(cluster=TPUClusterResolver("my-tpu")),
+        lambda: dict(cluster=TPUClusterResolver(None), master=""),
+        lambda: dict(cluster=tf.distribute.cluster_resolver.TFConfigClusterResolver()),
+        lambda: dict(master="grpc://127.0.0.1:2223"),
+    ],
+    ids=["tpu_resolver", "local_resolver_and_empty_master", "tf_config_resolver", "own_master"],
+)
+def test_a_tpu_programs_own_cluster_means_this_job_under_a_hosts_tf_config(monkeypatch, arguments):
+    # A TPU program's RunConfig(cluster=TPUClusterResolver(FLAGS.tpu)): upstream's RunConfig would refuse the
+    # TF_CONFIG ('If "cluster" is set in TF_CONFIG, it must have one "chief" node.').
+    started = _host_tf_config(monkeypatch)
+    config = te.RunConfig(tpu_config=te.TPUConfig(num_shards=4), **arguments())
+    assert config.tpu_cluster == cluster_lib.Cluster("worker", tuple(SPEC["worker"]), "grpc://127.0.0.1:2223", 1)
+    assert (config.task_type, config.task_id, config.is_chief, config.num_worker_replicas) == ("worker", 1, False, 2)
+    assert config.master == "grpc://127.0.0.1:2223"
+    assert [(c.this_host, cpus) for c, cpus in started] == [(1, 2)]
+    # Sessions share the table shards with the other hosts: no isolated session state.
+    assert not config.session_config.isolate_session_state
+
+
+def test_a_run_config_naming_other_hosts_under_a_hosts_tf_config_is_a_one_line_error(monkeypatch):
+    started = _host_tf_config(monkeypatch)
+    other = {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}
+    where = "TF_CONFIG makes this process host 1 of job 'worker' (127.0.0.1:2222, 127.0.0.1:2223)"
+    with pytest.raises(ValueError) as error:
+        te.RunConfig(cluster=_resolver(other))
+    assert str(error.value).startswith("RunConfig(cluster=<tensorflow.")
+    assert where + ": pass no cluster= (or a resolver of TF_CONFIG's cluster), or unset TF_CONFIG" in str(error.value)
+    with pytest.raises(ValueError, match=r"^RunConfig\(master='grpc://10.0.0.1:2222'\) names another session target, "):
+        te.RunConfig(master="grpc://10.0.0.1:2222")
+    user = tf.compat.v1.ConfigProto()
+    user.cluster_def.CopyFrom(tf.train.ClusterSpec(other).as_cluster_def())
+    with pytest.raises(ValueError, match="clear session_config.cluster_def"):
+        te.RunConfig(session_config=user)
+    for message in (str(error.value),):
+        assert "\n" not in message
+    assert started == []  # refused before this host's server starts
 
 
 def test_tf_config_without_the_hosts_job_is_no_cluster(monkeypatch):

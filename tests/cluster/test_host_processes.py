@@ -1,5 +1,6 @@
 """One process per host (`TF_CONFIG` tasks of the hosts' job, `tpu-estimator-hosts`): H hosts x S shards train,
-evaluate and predict as 1 host x H*S shards; only the chief writes model_dir; a killed host (the chief or another)
+evaluate and predict as 1 host x H*S shards; only the chief writes model_dir, its host call with every replica's
+tensors; a killed host (the chief or another)
 makes the other fail within 60 s naming it, and a restarted job ends where an uninterrupted one ends.
 
 The program is `tests/cluster/host_program.py`, run unchanged on 1 host (no `TF_CONFIG`) and on N; every run is a
@@ -57,6 +58,32 @@ def test_hosts_in_processes_of_their_own_equal_one_host(tmp_path, num_hosts, sha
     for result in many[1:]:
         assert not result["eval_dir"].startswith(str(tmp_path))
     assert len(os.listdir(tmp_path / "many" / "eval")) == len(os.listdir(tmp_path / "one" / "eval")) == 1
+    # host_call as on a pod: the chief's receives every replica's rows (gathered over the hosts), one event stream.
+    one_calls, many_calls = _host_call_events(tmp_path / "one"), _host_call_events(tmp_path / "many")
+    assert len(many_calls) == 1, sorted(many_calls)
+    ((_, many_events),) = many_calls.items()
+    ((_, one_events),) = one_calls.items()
+    assert [e[:2] for e in many_events] == [e[:2] for e in one_events]
+    assert {(step, value) for step, tag, value in one_events if tag == "host_call/rows"} == {
+        (step, host_program.GLOBAL_BATCH) for step in range(STEPS)
+    }
+    np.testing.assert_allclose([e[2] for e in many_events], [e[2] for e in one_events], rtol=1e-5, atol=1e-6)
+
+
+def _host_call_events(model_dir):
+    """Per events file of `model_dir` with host-call summaries: its `(step, tag, value)`, sorted."""
+    files = {}
+    for name in os.listdir(model_dir):
+        if not name.startswith("events.out"):
+            continue
+        events = []
+        for event in tf.compat.v1.train.summary_iterator(os.path.join(model_dir, name)):
+            for value in event.summary.value:
+                if value.tag.startswith("host_call/"):
+                    events.append((event.step, value.tag, float(tf.make_ndarray(value.tensor))))
+        if events:
+            files[name] = sorted(events)
+    return files
 
 
 @pytest.mark.parametrize("killed", [0, 1], ids=["chief_killed", "host1_killed"])

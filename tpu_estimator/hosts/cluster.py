@@ -190,6 +190,61 @@ def tf_config_task() -> Optional[Tuple[str, int]]:
     return task["type"], int(task.get("index", 0))
 
 
+def _job_addresses(spec: Optional[tf.train.ClusterSpec], job: str) -> Tuple[str, ...]:
+    if spec is None or job not in spec.jobs:
+        return ()
+    return tuple(spec.job_tasks(job))
+
+
+def check_names_this_job(
+    resolver,
+    master: Optional[str],
+    session_config: Optional[tf.compat.v1.ConfigProto],
+    tf_config_spec: tf.train.ClusterSpec,
+    job_name: Optional[str],
+) -> None:
+    """With one process per host (`TF_CONFIG`'s task is a host), checks that a `RunConfig`'s own cluster arguments
+    mean this job.
+
+    A TPU program passes `cluster=TPUClusterResolver(FLAGS.tpu)` (and sometimes `master=<its master()>`): on a pod
+    that is the TPU the job runs on. Here a resolver with an empty cluster spec (our `TPUClusterResolver` given a
+    TPU name, or its `grpc://` addresses ignored under `tpu-estimator-run`) or whose hosts' job lists `TF_CONFIG`'s
+    addresses (`TFConfigClusterResolver()`) means this job, as do `master=None/''/'local'` or this host's own
+    address. Anything naming other hosts cannot work in this mode.
+
+    Raises:
+      ValueError: one line naming the argument and what to change.
+    """
+    job = job_name or DEFAULT_JOB
+    hosts = _job_addresses(tf_config_spec, job)
+    task = tf_config_task()
+    where = "TF_CONFIG makes this process host {} of job {!r} ({})".format(
+        task[1] if task else 0, job, ", ".join(hosts)
+    )
+    if resolver is not None:
+        spec = resolver.cluster_spec()
+        if spec.jobs and _job_addresses(spec, job) != hosts:
+            raise ValueError(
+                "RunConfig(cluster={!r}) names the cluster {}, but {}: pass no cluster= (or a resolver of TF_CONFIG's "
+                "cluster), or unset TF_CONFIG to run this process as the one client of those hosts.".format(
+                    resolver, spec.as_dict(), where
+                )
+            )
+    own = {_grpc(a) for a in hosts[task[1] : task[1] + 1]} if task and 0 <= task[1] < len(hosts) else set()
+    if master not in (None, "", "local") and _grpc(master) not in own:
+        raise ValueError(
+            "RunConfig(master={!r}) names another session target, but {}: pass no master= (each host's process "
+            "runs its sessions on its own server).".format(master, where)
+        )
+    if session_config is not None and session_config.HasField("cluster_def"):
+        spec = tf.train.ClusterSpec(session_config.cluster_def)
+        if _job_addresses(spec, job) != hosts:
+            raise ValueError(
+                "RunConfig(session_config=...) has a cluster_def naming {}, but {}: clear session_config.cluster_def "
+                "(TF_CONFIG describes the job).".format(spec.as_dict(), where)
+            )
+
+
 def collective_group_leader(cluster: Cluster) -> str:
     """The task that leads the collective group of one process per host: host 0's."""
     return "/job:{}/replica:0/task:0".format(cluster.job)

@@ -44,6 +44,13 @@ def concat_over_replicas(name: str, host_calls_per_replica, device: str):
     return result
 
 
+def _gathered_shape(shape: tf.TensorShape, collectives) -> tf.TensorShape:
+    """The shape of a tensor gathered over the hosts (its first axis times the hosts)."""
+    if collectives is None or shape.rank is None or shape[0] is None:
+        return shape
+    return tf.TensorShape([shape[0] * collectives.num_hosts]).concatenate(shape[1:])
+
+
 class OutfeedHostCallHook(SummaryWritersHook):
     """After each loop, runs `host_fn` once per entry the loop queued."""
 
@@ -77,34 +84,41 @@ class HostCallOutfeed(object):
         self._every_n_steps = every_n_steps
         self._queue = None
 
-    def enqueue(self, per_replica_calls, step: tf.Tensor):
+    def enqueue(self, per_replica_calls, step: tf.Tensor, collectives=None):
         """In the loop body: queues this step's tensors (on every n-th step).
 
+        With one process per host (`collectives` given), each tensor of this host's replicas is gathered with every
+        other host's (a collective, in host order: the replicas' order on one host) and only the chief queues the
+        result, as a pod's one host call receives every replica's tensors.
+
         Args:
-          per_replica_calls: each replica's `host_call`.
+          per_replica_calls: each replica's `host_call` (this process's replicas).
           step: the loop's step counter.
+          collectives: this host's `HostCollectives` with one process per host, else None.
 
         Returns:
-          `(enqueue_op, tensors)`: the op to run with the step and the queued tensors.
+          `(enqueue_op, tensors)`: the op to run with the step and this process's replicas' tensors.
         """
         flat = concat_over_replicas("host_call", per_replica_calls, self._host_device)
+        chief = collectives is None or collectives.is_chief
         with tf.device(self._host_device):
-            if self._queue is None:
+            if self._queue is None and chief:
                 with _tf_internal.outside_control_flow():
                     self._queue = tf.queue.FIFOQueue(
                         capacity=-1,
                         dtypes=[t.dtype for t in flat],
-                        shapes=[t.shape for t in flat],
+                        shapes=[_gathered_shape(t.shape, collectives) for t in flat],
                         name="host_call_queue",
                     )
+
+            def enqueue():
+                tensors = flat if collectives is None else [collectives.all_gather(t) for t in flat]
+                return self._queue.enqueue(tensors) if chief else tf.group(*tensors)
+
             if self._every_n_steps == 1:
-                return self._queue.enqueue(flat), flat
-            enqueue = tf.compat.v1.cond(
-                tf.equal(tf.math.floormod(step, self._every_n_steps), 0),
-                lambda: self._queue.enqueue(flat),
-                tf.no_op,
-            )
-            return enqueue, flat
+                return enqueue(), flat
+            every_n = tf.compat.v1.cond(tf.equal(tf.math.floormod(step, self._every_n_steps), 0), enqueue, tf.no_op)
+            return every_n, flat
 
     def call_on_dequeued(self, host_call):
         """After the loop: `host_call`'s function called on one dequeued entry; each run of its ops takes one."""

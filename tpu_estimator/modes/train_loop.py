@@ -113,7 +113,8 @@ class TrainLoop(shared_stages.ModeOnShards):
         if feed.embedding_exchange is not None:
             hooks.append(feed.embedding_exchange.hook)
         hooks += list(spec.training_hooks or [])
-        if spec.host_call is not None:
+        if spec.host_call is not None and (collectives is None or collectives.is_chief):
+            # With one process per host the chief's host call runs on every host's tensors; the others run none.
             hooks.append(self._host_calls.hook(spec.host_call))
         hooks.extend(self._progress_hooks(traced.loss))
         hooks.append(hooks_lib.InstallSignalHandlerHook())
@@ -208,7 +209,7 @@ class TrainLoop(shared_stages.ModeOnShards):
         side_effects = [spec.train_op]
         updates, next_pending = self._update_embeddings(update, inputs, replicas, pending, step_ops)
         side_effects += updates
-        side_effects += self._enqueue_host_calls(replicas, step, step_ops)
+        side_effects += self._enqueue_host_calls(replicas, step, step_ops, collectives)
         with tf.control_dependencies(side_effects):
             loss = tf.identity(tf.cast(spec.loss, tf.float32))
         return [step + 1, loss] + next_pending, spec
@@ -252,11 +253,14 @@ class TrainLoop(shared_stages.ModeOnShards):
         _tf_internal.order_variable_writes_after([op], step_ops)
         return [op], next_pending
 
-    def _enqueue_host_calls(self, replicas: shared_stages.Replicas, step: tf.Tensor, step_ops) -> List[tf.Operation]:
-        """Queues the `host_call` tensors of every replica (every n-th step)."""
+    def _enqueue_host_calls(
+        self, replicas: shared_stages.Replicas, step: tf.Tensor, step_ops, collectives: Optional[HostCollectives]
+    ) -> List[tf.Operation]:
+        """Queues the `host_call` tensors of every replica (every n-th step); with one process per host, gathered to
+        the chief."""
         if replicas.specs[0].host_call is None:
             return []
-        enqueue, host_tensors = self._host_calls.enqueue([s.host_call for s in replicas.specs], step)
+        enqueue, host_tensors = self._host_calls.enqueue([s.host_call for s in replicas.specs], step, collectives)
         # The host call sees the variables from before the step's updates, as on a TPU.
         _tf_internal.order_variable_writes_after(host_tensors, step_ops)
         return [enqueue]
