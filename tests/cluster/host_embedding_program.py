@@ -100,6 +100,15 @@ class SleepHook(tf.compat.v1.train.SessionRunHook):
         time.sleep(self._secs)
 
 
+def feature_configs():
+    """The features of the tables: a weighted one, a plain one, a sequence."""
+    return {
+        "w": tex.FeatureConfig("tw", weight_key="w_weight"),
+        "q": tex.FeatureConfig("tq"),
+        "s": tex.FeatureConfig("ts", max_sequence_length=3),
+    }
+
+
 def embedding_spec(strategy):
     init = lambda v: tf.compat.v1.constant_initializer(v)
     return tex.EmbeddingConfigSpec(
@@ -116,11 +125,7 @@ def embedding_spec(strategy):
                 optimization_parameters=tex.FtrlParameters(0.2, l1_regularization_strength=0.01),
             ),
         },
-        feature_to_config_dict={
-            "w": tex.FeatureConfig("tw", weight_key="w_weight"),
-            "q": tex.FeatureConfig("tq"),
-            "s": tex.FeatureConfig("ts", max_sequence_length=3),
-        },
+        feature_to_config_dict=feature_configs(),
         optimization_parameters=tex.AdagradParameters(0.5, initial_accumulator=0.1),
         partition_strategy=strategy,
         experimental_gradient_multiplier_fn=lambda step: 2.0 / (2.0 + tf.cast(step, tf.float32)),

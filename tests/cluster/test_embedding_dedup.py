@@ -14,7 +14,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 
 import tpu_estimator as te
-from tests.cluster import model
+from tests.cluster import host_embedding_program, model
 from tpu_estimator import experimental as tex
 from tpu_estimator.specs.embedding_spec import SEQUENCE_LENGTH_SUFFIX
 
@@ -77,11 +77,7 @@ def estimator(model_dir, strategy, pipelined, cluster=None):
             "tq": tex.TableConfig(7, 2, initializer=init(INIT["tq"]), combiner="sqrtn"),
             "ts": tex.TableConfig(11, 2, initializer=init(INIT["ts"])),
         },
-        feature_to_config_dict={
-            "w": tex.FeatureConfig("tw", weight_key="w_weight"),
-            "q": tex.FeatureConfig("tq"),
-            "s": tex.FeatureConfig("ts", max_sequence_length=3),
-        },
+        feature_to_config_dict=host_embedding_program.feature_configs(),
         optimization_parameters=tex.AdagradParameters(0.5, initial_accumulator=0.1),
         partition_strategy=strategy,
         pipeline_execution_with_tensor_core=pipelined,

@@ -213,7 +213,7 @@ def test_custom_collection_keys_are_few_and_named():
 # ---- the finder finds what it names (planted in a module's source) -----------------------------------------------
 
 _PLANTED = """
-import functools, itertools, threading, weakref
+import functools, itertools, threading, typing, weakref
 import tensorflow as tf
 
 _LOCAL = threading.local()
@@ -229,6 +229,13 @@ class Thing:
 
 
 _THING = Thing()
+
+
+class Point(typing.NamedTuple):  # a value: not state
+    x: int
+
+
+_ORIGIN = Point(0)
 
 
 def remember(x):

@@ -1,5 +1,6 @@
 """State a module keeps beside the values it is handed, read from the source (nothing is imported): module-level
-objects that hold state (thread-locals, weak dicts, counters, locks, caches, instances of the module's own classes),
+objects that hold state (thread-locals, weak dicts, counters, locks, caches, instances of the module's own classes
+but its values: named tuples, frozen dataclasses),
 module-level containers or objects that a function changes, `global` statements, and graph collections used.
 
 Each finding is one line, `path: what`, e.g. `tpu_estimator/replicas/replica_context.py: _current = threading.local`
@@ -148,10 +149,24 @@ def _collections(tree: ast.Module) -> Iterator[str]:
                 yield "{}({})".format(method, key)
 
 
+def _is_value_class(node: ast.ClassDef) -> bool:
+    """A class whose instances cannot change: a `NamedTuple`/`namedtuple` or a frozen dataclass."""
+    for base in node.bases:
+        if _dotted(base).rpartition(".")[2] == "NamedTuple":
+            return True
+        if isinstance(base, ast.Call) and _dotted(base.func).rpartition(".")[2] == "namedtuple":
+            return True
+    for decorator in node.decorator_list:
+        if isinstance(decorator, ast.Call) and _dotted(decorator.func).rpartition(".")[2] == "dataclass":
+            if any(k.arg == "frozen" and getattr(k.value, "value", False) is True for k in decorator.keywords):
+                return True
+    return False
+
+
 def module_state(source: str) -> Set[str]:
     """What one module's source keeps beside the values it is handed (see the module docstring)."""
     tree = ast.parse(source)
-    own_classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)}
+    own_classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef) and not _is_value_class(node)}
     changed = _changed_in_functions(tree)
     found: Set[str] = set()
     for node in _module_bindings(tree):
