@@ -1,4 +1,4 @@
-"""`tpu-estimator-hosts`: runs a program as a job of N hosts on this machine, one process per host, on loopback.
+"""`tpu-estimator-hosts`: runs a program as a job of N hosts on this machine, one process per host, at 127.0.0.1.
 
     tpu-estimator-hosts --num_hosts=2 -- python my_program.py --flag=value
 
@@ -62,7 +62,16 @@ class HostOutcome(NamedTuple):
 
 
 def loopback_addresses(num_hosts: int, first_port: int = 0) -> List[str]:
-    """`127.0.0.1:port` for each host: consecutive ports from `first_port`, or ports free right now."""
+    """`127.0.0.1:port` for each host: consecutive ports from `first_port`, or ports free right now.
+
+    Raises:
+      ValueError: the ports from `first_port` do not all lie in 1..65535.
+    """
+    if first_port and not 1 <= first_port <= 65536 - num_hosts:
+        raise ValueError(
+            "--first_port={} with --num_hosts={}: the hosts' ports {}..{} must lie in 1..65535 (or 0: free ports)."
+            "".format(first_port, num_hosts, first_port, first_port + num_hosts - 1)
+        )
     if first_port:
         return ["127.0.0.1:{}".format(first_port + h) for h in range(num_hosts)]
     sockets = []
@@ -156,7 +165,7 @@ def run_job(
     Args:
       command: the program and its arguments.
       num_hosts: how many hosts.
-      addresses: the hosts' `host:port` (default: free loopback ports).
+      addresses: the hosts' `host:port` (default: ports of 127.0.0.1 free right now).
       grace_secs: after a host fails, how long the others may still run before they are stopped.
       job: the hosts' job.
       env: the environment of the processes (default: this one's), to which `TF_CONFIG` is added.
@@ -268,10 +277,14 @@ def summary_line(outcomes: Sequence[HostOutcome]) -> str:
 
 def main(argv: Sequence[str]) -> None:
     try:
+        addresses = loopback_addresses(FLAGS.num_hosts, FLAGS.first_port)
+    except ValueError as error:
+        raise app.UsageError(str(error))
+    try:
         outcomes = run_job(
             argv[1:],
             FLAGS.num_hosts,
-            loopback_addresses(FLAGS.num_hosts, FLAGS.first_port),
+            addresses,
             FLAGS.grace_secs,
             FLAGS.tpu_job_name,
             stop_secs=FLAGS.stop_secs,

@@ -165,6 +165,7 @@ def from_run_config(
     job = _job_of(spec, job_name)
     addresses = _addresses(spec, job)
     if task is not None and task[0] == job:
+        check_host_addresses(job, addresses)
         if not 0 <= task[1] < len(addresses):
             raise ValueError(
                 "This process is task {} of job {!r}, but the cluster lists {} task(s) of that job: set the task index "
@@ -174,6 +175,24 @@ def from_run_config(
     if not target or not target.startswith(_GRPC):
         target = _grpc(addresses[0])
     return Cluster(job=job, addresses=addresses, target=target)
+
+
+def check_host_addresses(job: str, addresses: Sequence[str]) -> None:
+    """With one process per host, every host's address is `host:port` with a port in 1..65535.
+
+    TensorFlow's server would listen on the port modulo 65536 (70000 -> 4464), or on any free port for 0, which no
+    other host could know: the job would wait for an address nobody listens on.
+
+    Raises:
+      ValueError: naming the task and its address.
+    """
+    for task, address in enumerate(addresses):
+        host, sep, port = str(address).rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(
+                "TF_CONFIG: /job:{}/task:{} has address {!r}: give every host as host:port with a port in 1..65535 "
+                "(0, any free port, cannot be known by the other hosts).".format(job, task, address)
+            )
 
 
 def tf_config_cluster_spec() -> Optional[tf.train.ClusterSpec]:
@@ -294,8 +313,41 @@ def host_server(cluster: Cluster, num_cpu_devices: int) -> Any:
                 "Cannot start this process's server as host {} ({}: {}): is the port free, and is the address this "
                 "machine's?".format(cluster.describe(cluster.this_host), type(error).__name__, error)
             ) from error
+        sys.stderr.write(open_port_notice(cluster) + "\n")
+        sys.stderr.flush()
         wait_for_every_host_to_listen(cluster)
     return _host_servers[key]
+
+
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def open_port_notice(cluster: Cluster) -> str:
+    """What a host's process says on stderr once its server runs: it listens on every interface, and how to keep it
+    private.
+
+    TensorFlow's gRPC server cannot be bound to one address (it listens on `0.0.0.0`/`[::]` at its address's port,
+    whatever host the address names), also when every host of the job is on this machine's loopback address.
+    """
+    port = cluster.addresses[cluster.this_host].rpartition(":")[2]
+    if all(a.rpartition(":")[0] in _LOOPBACK_HOSTS for a in cluster.addresses):
+        private = (
+            "every host of this job is on this machine's loopback address, but the server cannot bind loopback "
+            "alone: drop the port on other interfaces (iptables -A INPUT -p tcp --dport {} ! -i lo -j DROP)".format(
+                port
+            )
+        )
+    else:
+        private = (
+            "run the hosts on a private network, or allow the port from the job's hosts only (a firewall rule; "
+            "docs/DISTRIBUTED.md, 'Keep workers private')"
+        )
+    return (
+        "tpu_estimator: host {}: TensorFlow's gRPC server listens on every interface of this machine at port {} and "
+        "runs any graph sent to it, unauthenticated; keep the port private: {}.".format(
+            cluster.describe(cluster.this_host), port, private
+        )
+    )
 
 
 # How often `wait_for_every_host_to_listen` says which hosts it still waits for.
