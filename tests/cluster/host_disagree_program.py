@@ -43,7 +43,7 @@ def main(argv):
     estimator = te.TPUEstimator(
         model_fn=model_fn,
         config=config,
-        params={"sleep": 0.0, "hidden": 9 if odd and case == "program" else 8},
+        params={"sleep": 0.0, "model_dir": model_dir, "hidden": 9 if odd and case == "program" else 8},
         train_batch_size=batch,
         eval_batch_size=batch,
     )

@@ -25,7 +25,7 @@ def main(argv):
     estimator = te.TPUEstimator(
         model_fn=host_program.model_fn,
         config=config,
-        params={"sleep": 0.0},
+        params={"sleep": 0.0, "model_dir": model_dir},
         train_batch_size=host_program.GLOBAL_BATCH,
         eval_batch_size=host_program.GLOBAL_BATCH,
     )
