@@ -132,10 +132,12 @@ def guard_training(
             yield GuardedTraining(True, list(saving_listeners or []))
             return
         listeners = list(saving_listeners or [])
-        if config.save_checkpoints_steps or config.save_checkpoints_secs:
+        saves = bool(config.save_checkpoints_steps or config.save_checkpoints_secs)
+        if saves:
             listeners.append(FiniteCheckpointListener(estimator.model_dir))
-        if lock is not None:
-            # First: no listener of the run acts on a save that another trainer's lock forbids.
+        if lock is not None and (saves or listeners):
+            # First: no listener of the run acts on a save that another trainer's lock forbids. Without a checkpoint
+            # cadence and listeners there is no save to guard (and the Estimator refuses listeners without a saver).
             listeners.insert(0, HeldLockListener(lock))
         yield GuardedTraining(False, listeners)
     finally:
