@@ -129,6 +129,15 @@ def loss_fn(acts, targets):
     return tf.add_n([tf.reduce_sum(targets[f] * acts[f]) + 0.5 * tf.reduce_sum(acts[f] ** 2) for f in sorted(acts)])
 
 
+def apply_loss_gradients(embedding, targets):
+    """One replica's step: its activations dequeued, `loss_fn`'s gradients applied to the tables."""
+    with tf.GradientTape() as tape:
+        acts = embedding.dequeue()
+        tape.watch(acts)
+        loss = loss_fn(acts, targets)
+    embedding.apply_gradients(tape.gradient(loss, acts))
+
+
 def with_weights(user_w):
     return {"user": user_w, "item": None, "cat": None}
 
