@@ -102,6 +102,7 @@ BOTTOM = {
     "_keras2.py",
     "graph_walk.py",
     "_lazy_names.py",
+    "_environment.py",
     "_moved_modules.py",
     "__init__.py",
 }
