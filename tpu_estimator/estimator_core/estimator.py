@@ -27,7 +27,7 @@ from tpu_estimator.estimator_core import predictions as predictions_lib
 from tpu_estimator.estimator_core.cluster import TaskType
 from tpu_estimator.estimator_core.inputs import fn_args, has_dataset_or_queue_runner, parse_input_fn_result
 from tpu_estimator.estimator_core.mode_keys import ModeKeys
-from tpu_estimator.estimator_core.model_fn import EstimatorSpec, instances_of, model_fn_kwargs, verify_model_fn_args
+from tpu_estimator.estimator_core.model_fn import EstimatorSpec, instances_of, verify_model_fn_args
 
 # Members a subclass may override (as upstream allows); TPUEstimator may override anything.
 _ALLOWED_OVERRIDES = frozenset(
@@ -678,9 +678,17 @@ class Estimator(object):
           ValueError: `model_fn` does not take labels but there are some, or does not return an `EstimatorSpec`.
         """
         model_fn_args = fn_args(self._model_fn)
-        kwargs = model_fn_kwargs(model_fn_args, labels, mode, config)
+        kwargs = {}
+        if "labels" in model_fn_args:
+            kwargs["labels"] = labels
+        elif labels is not None:
+            raise ValueError("model_fn does not take labels, but input_fn returns labels.")
+        if "mode" in model_fn_args:
+            kwargs["mode"] = mode
         if "params" in model_fn_args:
             kwargs["params"] = self.params
+        if "config" in model_fn_args:
+            kwargs["config"] = config
         tf.compat.v1.logging.info("Calling model_fn.")
         result = self._model_fn(features=features, **kwargs)
         tf.compat.v1.logging.info("Done calling model_fn.")

@@ -1,7 +1,7 @@
 """`EstimatorSpec`, what `model_fn` returns, and the check of `model_fn`'s arguments."""
 
 import collections
-from typing import Any, Dict
+from typing import Any
 
 import tensorflow as tf
 
@@ -235,25 +235,6 @@ def _validate_scaffold(scaffold):
     if not isinstance(scaffold, tf.compat.v1.train.Scaffold):
         raise TypeError("scaffold must be tf.train.Scaffold. Given: {}".format(scaffold))
     return scaffold
-
-
-def model_fn_kwargs(model_fn_args: Any, labels: Any, mode: str, config: Any) -> Dict[str, Any]:
-    """The arguments among `labels`, `mode` and `config` that `model_fn` declares (`model_fn_args`, its argument
-    names); `params` is the caller's.
-
-    Raises:
-      ValueError: `model_fn` does not take labels while the input has them.
-    """
-    kwargs = {}
-    if "labels" in model_fn_args:
-        kwargs["labels"] = labels
-    elif labels is not None:
-        raise ValueError("model_fn does not take labels, but input_fn returns labels.")
-    if "mode" in model_fn_args:
-        kwargs["mode"] = mode
-    if "config" in model_fn_args:
-        kwargs["config"] = config
-    return kwargs
 
 
 def verify_model_fn_args(model_fn, params) -> None:

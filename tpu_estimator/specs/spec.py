@@ -7,7 +7,6 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from tpu_estimator import _estimator_lib, _keras2
-from tpu_estimator.estimator_core.model_fn import model_fn_kwargs
 from tpu_estimator.specs import host_call_spec
 
 
@@ -144,7 +143,15 @@ def call_user_model_fn(model_fn, features, labels, mode, config, params):
       Keras2RequiredError: `model_fn` used a Keras 2 API (`tf.compat.v1.layers`) while `tf.keras` is Keras 3.
     """
     model_fn_args = _estimator_lib.fn_args(model_fn)
-    kwargs = model_fn_kwargs(model_fn_args, labels, mode, config)
+    kwargs = {}
+    if "labels" in model_fn_args:
+        kwargs["labels"] = labels
+    elif labels is not None:
+        raise ValueError("model_fn does not take labels, but input_fn returns labels.")
+    if "mode" in model_fn_args:
+        kwargs["mode"] = mode
+    if "config" in model_fn_args:
+        kwargs["config"] = config
     if "params" not in model_fn_args:
         raise ValueError(
             "model_fn ({}) does not include params argument, required by TPUEstimator to pass batch "
