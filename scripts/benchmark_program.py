@@ -30,6 +30,7 @@ flags.DEFINE_bool(
 )
 flags.DEFINE_integer("pool_rounds", 1, "With --runs=0: rounds of the computation alone (the pool).")
 ours_and_upstream.define_flags()
+flags.adopt_module_key_flags(ours_and_upstream)  # listed by --help with the script's own
 flags.DEFINE_integer("first_steps", None, "Override the program's first_steps.")
 flags.DEFINE_integer("total_steps", None, "Override the program's total_steps.")
 FLAGS = flags.FLAGS

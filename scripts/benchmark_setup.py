@@ -17,6 +17,7 @@ from tpu_estimator.app import setup_benchmark
 flags.DEFINE_string("program", "S_bert_base", "A setup program name in configs/bench (S_*.yaml) or a YAML path.")
 flags.DEFINE_integer("runs", 3, "Rounds; each runs every line once, each in a fresh process.")
 ours_and_upstream.define_flags()
+flags.adopt_module_key_flags(ours_and_upstream)  # listed by --help with the script's own
 FLAGS = flags.FLAGS
 
 
