@@ -375,10 +375,6 @@ def as_table_config(obj: Any) -> TableConfig:
     Raises:
       TypeError: if `obj` is neither.
     """
-    if isinstance(obj, TableConfig):
-        return obj
-    if not _looks_like_upstream_table(obj):
-        raise TypeError(f"Expected a TableConfig, got {type(obj).__name__}.")
 
     def convert(up: Any) -> TableConfig:
         optimizer = getattr(up, "optimizer", None)
@@ -387,7 +383,7 @@ def as_table_config(obj: Any) -> TableConfig:
                 optimizer = optimizers_lib.to_optimizer(optimizer)
             except TypeError:
                 pass
-        table = TableConfig(
+        return TableConfig(
             vocabulary_size=up.vocabulary_size,
             dim=up.dim,
             initializer=up.initializer,
@@ -397,10 +393,8 @@ def as_table_config(obj: Any) -> TableConfig:
             quantization_config=getattr(up, "quantization_config", None),
             layout=getattr(up, "layout", None),
         )
-        table._source_ref = _weak(up)
-        return table
 
-    return _cached(obj, convert)
+    return _as_ours(obj, TableConfig, _looks_like_upstream_table, convert, lambda: f"got {type(obj).__name__}.")
 
 
 def as_feature_config(obj: Any) -> FeatureConfig:
@@ -415,26 +409,40 @@ def as_feature_config(obj: Any) -> FeatureConfig:
     Raises:
       TypeError: if `obj` is neither.
     """
-    if isinstance(obj, FeatureConfig):
-        return obj
-    if not _looks_like_upstream_feature(obj):
-        raise TypeError(f"Expected a FeatureConfig, got {type(obj).__name__}: {obj!r}.")
 
     def convert(up: Any) -> FeatureConfig:
         output_shape = up.output_shape
         if isinstance(output_shape, tf.TensorShape) and output_shape.rank is None:
             output_shape = None
-        feature = FeatureConfig(
+        return FeatureConfig(
             table=as_table_config(up.table),
             max_sequence_length=up.max_sequence_length,
             validate_weights_and_indices=getattr(up, "validate_weights_and_indices", True),
             output_shape=output_shape,
             name=getattr(up, "name", None),
         )
-        feature._source_ref = _weak(up)
-        return feature
 
-    return _cached(obj, convert)
+    got = lambda: f"got {type(obj).__name__}: {obj!r}."  # noqa: E731
+    return _as_ours(obj, FeatureConfig, _looks_like_upstream_feature, convert, got)
+
+
+def _as_ours(obj: Any, ours: type, is_upstream: Callable[[Any], bool], convert: Callable[[Any], Any], got) -> Any:
+    """`obj` if it is an `ours`, else upstream's `obj` converted (once per object) and referring to it.
+
+    Raises:
+      TypeError: `obj` is neither (`got()` says what it is).
+    """
+    if isinstance(obj, ours):
+        return obj
+    if not is_upstream(obj):
+        raise TypeError(f"Expected a {ours.__name__}, {got()}")
+
+    def converted(up: Any) -> Any:
+        config = convert(up)
+        config._source_ref = _weak(up)
+        return config
+
+    return _cached(obj, converted)
 
 
 # ==== structure and names ==========================================================================================

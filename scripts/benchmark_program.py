@@ -8,12 +8,11 @@ python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=0 --bounds=fals
 python scripts/benchmark_program.py --program=P_dlrm_zipf --runs=0 --pool_rounds=3 --dense_floor  # pool + floor
 """
 
-import json
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import ours_and_upstream  # this folder's: the script runs as `python scripts/benchmark_program.py`
 from absl import app, flags
 
 from tpu_estimator.app import program_benchmark
@@ -30,10 +29,8 @@ flags.DEFINE_bool(
     "dense_floor", False, "Each pool round also runs the program's dense part alone (the activations an input)."
 )
 flags.DEFINE_integer("pool_rounds", 1, "With --runs=0: rounds of the computation alone (the pool).")
-flags.DEFINE_string("python", sys.executable, "Interpreter for both (upstream needs tensorflow_estimator: TF 2.15).")
-flags.DEFINE_string("ours_python", None, "Interpreter for ours (default --python).")
-flags.DEFINE_string("ours_source", None, "Source tree of tpu_estimator for ours (default: the installed package).")
-flags.DEFINE_string("output_json", None, "Also write the raw results here.")
+ours_and_upstream.define_flags()
+flags.adopt_module_key_flags(ours_and_upstream)  # listed by --help with the script's own
 flags.DEFINE_integer("first_steps", None, "Override the program's first_steps.")
 flags.DEFINE_integer("total_steps", None, "Override the program's total_steps.")
 FLAGS = flags.FLAGS
@@ -46,22 +43,16 @@ def main(argv):
         program.first_steps = FLAGS.first_steps
     if FLAGS.total_steps:
         program.total_steps = FLAGS.total_steps
-    interpreters = {
-        "ours": program_benchmark.Interpreter(FLAGS.ours_python or FLAGS.python, FLAGS.ours_source),
-        "upstream": program_benchmark.Interpreter(FLAGS.python),
-    }
     result = program_benchmark.compare(
         program,
         FLAGS.runs,
-        interpreters,
+        ours_and_upstream.interpreters(),
         bounds=FLAGS.bounds,
         overlap_pairs=FLAGS.overlap_pairs,
         dense_floor=FLAGS.dense_floor,
         pool_rounds=FLAGS.pool_rounds,
     )
-    if FLAGS.output_json:
-        with open(FLAGS.output_json, "w") as f:
-            json.dump(result, f, indent=1)
+    ours_and_upstream.write_json(result)
     print(program_benchmark.markdown(result))
 
 

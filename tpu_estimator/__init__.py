@@ -7,9 +7,6 @@ The names are imported on first use (PEP 562), so that `import tpu_estimator.app
 TensorFlow 2.16+ when tf-keras is installed and `TF_USE_LEGACY_KERAS` is unset (`tpu_estimator._keras2`).
 """
 
-import importlib
-from typing import Any
-
 
 def _version() -> str:
     """The installed distribution's version, else the one in the source tree's `setup.cfg`."""
@@ -39,6 +36,8 @@ from tpu_estimator import _moved_modules  # noqa: E402
 
 _moved_modules.install()
 
+from tpu_estimator import _lazy_names  # noqa: E402
+
 _EXPORTS = {
     "TPUContext": "specs.context",
     "UnsupportedOffTPUError": "specs.context",
@@ -57,18 +56,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    try:  # a submodule used as an attribute (`tpu_estimator.experimental`), as when __init__ imported them all
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_EXPORTS))
+# Any submodule is an attribute too (`tpu_estimator.experimental`).
+__getattr__, __dir__ = _lazy_names.lazy_names(__name__, _EXPORTS, submodules=None)

@@ -2,12 +2,12 @@
 
 The Keras style of TPU embeddings: a model whose embedding layer wraps `tf.tpu.experimental.embedding.TPUEmbedding`
 (the layer enqueues, dequeues and applies the embedding optimizer itself), compiled with `steps_per_execution` and
-trained with `fit`. It never imports tpu_estimator. Here, on 2 shards of this machine:
+trained with `fit` (the TPU from `common.tpu_strategy`). It never imports tpu_estimator. Here, on 2 shards of this machine:
 
     tpu-estimator-run --num_shards=2 examples/tf2/tfrs_keras_fit.py --data=data.npz --model_dir=/tmp/m
 
 `--data` is an .npz with `user` [N] and `item` [N] ids and `clicked` [N] labels (without it the program makes
-random data). The program saves the checkpoint `ckpt-0` before `fit` and `ckpt-1` after, and writes the training
+random data, common.py). The program saves the checkpoint `ckpt-0` before `fit` and `ckpt-1` after, and writes the training
 history and the evaluation loss to `--results` (JSON).
 """
 
@@ -17,29 +17,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 from absl import app, flags
+from common import NUM_ITEMS, NUM_USERS, define_flags, load_data, tfrs_data, tpu_strategy  # this folder's common.py
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("tpu", "", "The TPU to use.")
-flags.DEFINE_string("data", "", "Training data (.npz); random data when empty.")
-flags.DEFINE_string("model_dir", "/tmp/tfrs_keras_fit", "Where the checkpoints go.")
-flags.DEFINE_string("results", "", "Where to write the losses (JSON); nowhere when empty.")
-flags.DEFINE_integer("steps", 10, "Training steps.")
-flags.DEFINE_integer("global_batch_size", 16, "Examples per step over all replicas.")
-
-NUM_USERS, NUM_ITEMS, DIM = 24, 16, 4
-
-
-def load_data(path):
-    if path:
-        with np.load(path) as data:
-            return {name: data[name] for name in data.files}
-    rng = np.random.RandomState(0)
-    num_rows = 256
-    return {
-        "user": rng.randint(0, NUM_USERS, num_rows),
-        "item": rng.randint(0, NUM_ITEMS, num_rows),
-        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
-    }
+define_flags(model_dir="/tmp/tfrs_keras_fit")
+DIM = 4
 
 
 class ClickModel(tf.keras.Model):
@@ -58,10 +40,7 @@ class ClickModel(tf.keras.Model):
 
 def main(argv):
     del argv
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=FLAGS.tpu)
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    strategy = tf.distribute.TPUStrategy(resolver)
+    strategy = tpu_strategy(FLAGS.tpu)
 
     users = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=NUM_USERS, dim=DIM, name="users")
     items = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=NUM_ITEMS, dim=DIM, name="items")
@@ -77,7 +56,7 @@ def main(argv):
             steps_per_execution=2,
         )
 
-    data = load_data(FLAGS.data)
+    data = load_data(FLAGS.data, tfrs_data)
     features = {"user": data["user"].astype(np.int64), "item": data["item"].astype(np.int64)}
     labels = data["clicked"][:, None]
     dataset = tf.data.Dataset.from_tensor_slices((features, labels)).repeat()

@@ -9,7 +9,7 @@ here, on 2 shards of this machine:
     tpu-estimator-run --num_shards=2 examples/tf2/tpu_embedding_mid_level.py --data=data.npz --model_dir=/tmp/m
 
 `--data` is an .npz with `watched` [N] and `user` [N] ids, `liked` [N, 3] ids (-1: none) and `clicked` [N] labels
-(without it the program makes random data). The program saves the checkpoint `ckpt-0` before training and
+(without it the program makes random data, common.py). The program saves the checkpoint `ckpt-0` before training and
 `ckpt-<steps>` after, and writes the per-step training losses and the evaluation loss to `--results` (JSON).
 """
 
@@ -19,32 +19,11 @@ import os
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
+from common import NUM_USERS, NUM_VIDEOS, define_flags, load_data, mid_level_data  # this folder's common.py
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("tpu", "", "The TPU to use.")
-flags.DEFINE_string("data", "", "Training data (.npz); random data when empty.")
-flags.DEFINE_string("model_dir", "/tmp/tpu_embedding_mid_level", "Where the checkpoints go.")
-flags.DEFINE_string("results", "", "Where to write the losses (JSON); nowhere when empty.")
-flags.DEFINE_integer("steps", 10, "Training steps.")
-flags.DEFINE_integer("global_batch_size", 16, "Examples per step over all replicas.")
-
-NUM_VIDEOS, NUM_USERS, DIM = 32, 24, 4
-
-
-def load_data(path):
-    if path:
-        with np.load(path) as data:
-            return {name: data[name] for name in data.files}
-    rng = np.random.RandomState(0)
-    num_rows = 256
-    liked = np.stack([rng.choice(NUM_VIDEOS, 3, replace=False) for _ in range(num_rows)])
-    liked[rng.rand(num_rows, 3) < 0.4] = -1
-    return {
-        "watched": rng.randint(0, NUM_VIDEOS, num_rows),
-        "liked": liked,
-        "user": rng.randint(0, NUM_USERS, num_rows),
-        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
-    }
+define_flags(model_dir="/tmp/tpu_embedding_mid_level")
+DIM = 4
 
 
 def to_dataset(data):
@@ -83,7 +62,7 @@ def main(argv):
         model.build((None, 3 * DIM))
         optimizer = tf.keras.optimizers.SGD(learning_rate=0.1)
 
-    data = load_data(FLAGS.data)
+    data = load_data(FLAGS.data, mid_level_data)
     global_batch_size = FLAGS.global_batch_size
 
     def dataset_fn(context):

@@ -1,6 +1,6 @@
 """A custom training loop with `tf.tpu.experimental.embedding.TPUEmbeddingV2`, TensorFlow's SparseCore API.
 
-Written as for a TPU with SparseCores: `TPUStrategy`, the lookup inside the step (`embedding(features)` returns the
+Written as for a TPU with SparseCores: `TPUStrategy` (`common.tpu_strategy`), the lookup inside the step (`embedding(features)` returns the
 activations and the preserved outputs that `apply_gradients` takes back), a `tf.function` over `tf.range`, a Keras
 model and Adam for the dense part (FTRL for the tables), a checkpoint before and after training. It never imports tpu_estimator. Here,
 on 2 shards of this machine:
@@ -8,7 +8,7 @@ on 2 shards of this machine:
     tpu-estimator-run --num_shards=2 examples/tf2/tpu_embedding_v2_loop.py --data=data.npz --model_dir=/tmp/m
 
 `--data` is an .npz with `query_values`/`query_lengths` (a ragged batch of word ids per row), `item` [N] ids and
-`clicked` [N] labels (without it the program makes random data). `--results` gets the per-step losses (JSON).
+`clicked` [N] labels (without it the program makes random data, common.py). `--results` gets the per-step losses (JSON).
 """
 
 import json
@@ -16,31 +16,11 @@ import json
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
+from common import NUM_ITEMS, NUM_WORDS, define_flags, load_data, tpu_strategy, v2_loop_data  # this folder's common.py
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("tpu", "", "The TPU to use.")
-flags.DEFINE_string("data", "", "Training data (.npz); random data when empty.")
-flags.DEFINE_string("model_dir", "/tmp/tpu_embedding_v2_loop", "Where the checkpoints go.")
-flags.DEFINE_string("results", "", "Where to write the losses (JSON); nowhere when empty.")
-flags.DEFINE_integer("steps", 10, "Training steps.")
-flags.DEFINE_integer("global_batch_size", 16, "Examples per step over all replicas.")
-
-NUM_WORDS, NUM_ITEMS, DIM = 40, 16, 4
-
-
-def load_data(path):
-    if path:
-        with np.load(path) as data:
-            return {name: data[name] for name in data.files}
-    rng = np.random.RandomState(0)
-    num_rows = 256
-    lengths = rng.randint(0, 4, num_rows)
-    return {
-        "query_values": rng.randint(0, NUM_WORDS, lengths.sum()),
-        "query_lengths": lengths,
-        "item": rng.randint(0, NUM_ITEMS, num_rows),
-        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
-    }
+define_flags(model_dir="/tmp/tpu_embedding_v2_loop")
+DIM = 4
 
 
 def to_dataset(data):
@@ -55,10 +35,7 @@ def to_dataset(data):
 
 def main(argv):
     del argv
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=FLAGS.tpu)
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    strategy = tf.distribute.TPUStrategy(resolver)
+    strategy = tpu_strategy(FLAGS.tpu)
     global_batch_size = FLAGS.global_batch_size
     per_replica_batch_size = global_batch_size // strategy.num_replicas_in_sync
 
@@ -81,7 +58,7 @@ def main(argv):
         model.build((None, 2 * DIM))
         optimizer = tf.keras.optimizers.Adam(learning_rate=0.01)
 
-    data = load_data(FLAGS.data)
+    data = load_data(FLAGS.data, v2_loop_data)
     dataset = strategy.distribute_datasets_from_function(
         lambda context: to_dataset(data).repeat().batch(per_replica_batch_size, drop_remainder=True),
         options=tf.distribute.InputOptions(experimental_fetch_to_device=False),

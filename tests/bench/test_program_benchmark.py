@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tpu_estimator.app import program_benchmark as pb
+from tpu_estimator.app import setup_benchmark as sb
 
 
 def test_zipf_cdf_follows_the_power_law():
@@ -16,14 +17,25 @@ def test_zipf_cdf_follows_the_power_law():
     np.testing.assert_allclose(cdf, np.cumsum(weights) / weights.sum(), rtol=1e-6)
 
 
-def test_programs_are_checked_when_loaded(tmp_path):
-    assert pb.load_program("P_dlrm_zipf").num_tables == 26
-    with pytest.raises(ValueError, match="No program 'P_nope'.*P_dlrm_zipf"):
-        pb.load_program("P_nope")
+@pytest.mark.parametrize(
+    "load, kind, name, known, unknown_key",
+    [
+        (pb.load_program, "program", "P_nope", "P_dlrm_zipf", "batchsize"),
+        (sb.load_setup_program, "setup program", "S_nope", "S_bert_base", "layer"),
+    ],
+)
+def test_yaml_programs_name_the_known_ones_and_refuse_unknown_keys(tmp_path, load, kind, name, known, unknown_key):
+    """`load_yaml_program` through its two users: a name not in configs/bench, a YAML with a key of no field."""
+    with pytest.raises(ValueError, match=f"No {kind} '{name}'.*{known}"):
+        load(name)
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nbatchsize: 3\n")
-    with pytest.raises(ValueError, match=r"unknown keys \['batchsize'\]"):
-        pb.load_program(str(bad))
+    bad.write_text(f"name: x\n{unknown_key}: 3\n")
+    with pytest.raises(ValueError, match=rf"unknown keys \['{unknown_key}'\]"):
+        load(str(bad))
+
+
+def test_programs_are_checked_when_loaded():
+    assert pb.load_program("P_dlrm_zipf").num_tables == 26
     with pytest.raises(ValueError, match="need 0 < first_steps < total_steps"):
         pb.Program(name="x", first_steps=5, total_steps=5)
     with pytest.raises(ValueError, match="source must be"):

@@ -9,15 +9,10 @@ from tpu_estimator.app import program_benchmark as pb
 from tpu_estimator.app import setup_benchmark as sb
 
 
-def test_setup_programs_are_checked_when_loaded(tmp_path):
+def test_setup_programs_are_checked_when_loaded():
+    # Unknown names and keys: test_program_benchmark.py's test of the loader both benchmarks share.
     bert = sb.load_setup_program("S_bert_base")
     assert (bert.layers, bert.hidden, bert.heads, bert.intermediate, bert.vocab) == (12, 768, 12, 3072, 30522)
-    with pytest.raises(ValueError, match="No setup program 'S_nope'.*S_bert_base"):
-        sb.load_setup_program("S_nope")
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nlayer: 3\n")
-    with pytest.raises(ValueError, match=r"unknown keys \['layer'\]"):
-        sb.load_setup_program(str(bad))
     with pytest.raises(ValueError, match=r"heads \(5\) must divide hidden \(32\)"):
         sb.SetupProgram(name="x", hidden=32, heads=5)
     with pytest.raises(ValueError, match=r"program x: batch_size 6 must be divisible by shards 4"):

@@ -17,7 +17,6 @@ from the call to the error; then it exits with status 3 (0 if `train()` returned
 import json
 import os
 import sys
-import time
 
 import host_program  # this file's directory is on sys.path: it runs as a script
 import tensorflow as tf
@@ -47,13 +46,7 @@ def main(argv):
         train_batch_size=batch,
         eval_batch_size=batch,
     )
-    start = time.monotonic()
-    try:
-        estimator.train(host_program.make_input_fn(0), max_steps=4)
-        result = {"error": None}
-    except Exception as error:  # what the caller gets, whatever its type
-        result = {"error": type(error).__name__, "message": str(error)}
-    result["secs"] = time.monotonic() - start
+    result = host_program.call_result(lambda: estimator.train(host_program.make_input_fn(0), max_steps=4))
     with open(os.path.join(base_dir, "disagree_host{}.json".format(host)), "w") as f:
         json.dump(result, f)
     print(json.dumps(result), flush=True)

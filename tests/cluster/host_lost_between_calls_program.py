@@ -33,13 +33,7 @@ def main(argv):
     if (config.task_id or 0) == lost_host:
         os._exit(0)  # lost: no clean shutdown of this host's server
     time.sleep(2.0)  # the lost host is gone
-    start = time.monotonic()
-    try:
-        estimator.evaluate(host_program.make_input_fn(0), steps=2)
-        result = {"error": None}
-    except Exception as error:  # what the caller gets, whatever its type
-        result = {"error": type(error).__name__, "message": str(error)}
-    result["secs"] = time.monotonic() - start
+    result = host_program.call_result(lambda: estimator.evaluate(host_program.make_input_fn(0), steps=2))
     with open(os.path.join(model_dir, "lost_host_result.json"), "w") as f:
         json.dump(result, f)
 

@@ -128,6 +128,18 @@ def host_fn(model_dir, step, id, loss):
         return tf.compat.v1.summary.all_v2_summary_ops()
 
 
+def call_result(call) -> dict:
+    """Runs `call()`: what the caller got (`error`: the exception's type name or None, `message`) and its seconds."""
+    start = time.monotonic()
+    try:
+        call()
+        result = {"error": None}
+    except Exception as error:  # what the caller gets, whatever its type
+        result = {"error": type(error).__name__, "message": str(error)}
+    result["secs"] = time.monotonic() - start
+    return result
+
+
 def main(argv):
     model_dir, num_shards, steps = argv[1], int(argv[2]), int(argv[3])
     sleep = float(argv[4]) if len(argv) > 4 else 0.0

@@ -6,8 +6,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from typing import List, Optional, Sequence
+
+from tpu_estimator.app.loopback_cluster import wait_for_line
 
 # A plain tf.distribute.Server, as users start one (2 logical CPUs unless told otherwise).
 _WORKER = """
@@ -42,20 +43,6 @@ def worker_env() -> dict:
     env.pop("TF_CONFIG", None)
     env["CUDA_VISIBLE_DEVICES"] = ""
     return env
-
-
-def wait_for_line(process: subprocess.Popen, text: str, timeout: float, log_path: str) -> None:
-    """Waits until `text` appears in the process's log file; raises (with the log) on exit or timeout."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with open(log_path) as log:
-            if text in log.read():
-                return
-        if process.poll() is not None:
-            break
-        time.sleep(0.2)
-    with open(log_path) as log:
-        raise RuntimeError("Process {} did not print {!r} in {}s:\n{}".format(process.args, text, timeout, log.read()))
 
 
 class LocalCluster(object):

@@ -20,7 +20,7 @@ import tpu_estimator as te
 from tests.cluster import model
 from tests.cluster.local_cluster import worker_env
 from tests.estimator import models as dense_models
-from tpu_estimator import estimator as tf_estimator
+from tests.helpers.serving import raw_serving_input_fn
 
 STEPS = 4
 _trained = {}
@@ -148,16 +148,7 @@ print(json.dumps(fn(**{k: tf.constant(v) for k, v in rows.items()})["logit"].num
 def test_export_from_cluster_checkpoint_serves_without_cluster(tmp_path_factory, cluster2, tmp_path):
     on_cluster, _, _ = _train_pair(tmp_path_factory, cluster2, "div")
 
-    def serving_input_fn():
-        features = {
-            "a": tf.compat.v1.placeholder(tf.int64, [None]),
-            "b": tf.compat.v1.placeholder(tf.int64, [None]),
-            "c": tf.compat.v1.placeholder(tf.int64, [None, 2]),
-            "x": tf.compat.v1.placeholder(tf.float32, [None, 3]),
-        }
-        return tf_estimator.export.ServingInputReceiver(features, features)
-
-    export_dir = on_cluster.export_saved_model(str(tmp_path), serving_input_fn).decode()
+    export_dir = on_cluster.export_saved_model(str(tmp_path), raw_serving_input_fn(model.FEATURES)).decode()
     with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
         assert b"/job:worker" not in f.read()
     rows = {k: v[:8].tolist() for k, v in model.FEATURES.items()}

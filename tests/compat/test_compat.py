@@ -23,15 +23,6 @@ def _session(num_devices=2):
     return tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(device_count={"CPU": num_devices}))
 
 
-@pytest.fixture
-def installed():
-    compat.install()
-    try:
-        yield
-    finally:
-        compat.uninstall()
-
-
 _MISSING = "<missing>"
 
 

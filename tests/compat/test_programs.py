@@ -9,12 +9,13 @@ import glob
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+
+from tests.helpers import launcher
 
 PROGRAMS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "programs")
 LAUNCHER = os.path.join(os.path.dirname(sys.executable), "tpu-estimator-run")
@@ -28,53 +29,36 @@ def _program(name):
 def _runs(root):
     """name -> (command, extra env) of every program run; the work dirs live under `root`."""
 
-    def out(name, *parts):
-        return os.path.join(root, name, *parts)
+    paths = {"model_dir": "model", "export_dir": "export", "results": "results.json"}
+
+    def command(name, launcher, program, *flags, outputs=("model_dir", "results")):
+        """`launcher program flags`, then `--output=<root>/<name>/<file>` for each of `outputs`."""
+        return (
+            launcher + [_program(program), *flags] + [f"--{o}=" + os.path.join(root, name, paths[o]) for o in outputs]
+        )
 
     return {
         # `python -m tpu_estimator.compat.launcher` form.
         "mnist": (
-            [
-                sys.executable,
-                "-m",
-                "tpu_estimator.compat.launcher",
-                _program("mnist_tpu.py"),
+            command(
+                "mnist",
+                [sys.executable, "-m", "tpu_estimator.compat.launcher"],
+                "mnist_tpu.py",
                 "--tpu=grpc://10.0.0.2:8470",
-                "--model_dir=" + out("mnist", "model"),
-                "--results=" + out("mnist", "results.json"),
-            ],
+            ),
             {},
         ),
         # Console-script form from here on.
         "resnet": (
-            [
-                LAUNCHER,
-                _program("resnet_tpu.py"),
-                "--tpu=my-tpu",
-                "--model_dir=" + out("resnet", "model"),
-                "--export_dir=" + out("resnet", "export"),
-                "--results=" + out("resnet", "results.json"),
-            ],
+            command(
+                "resnet", [LAUNCHER], "resnet_tpu.py", "--tpu=my-tpu", outputs=("model_dir", "export_dir", "results")
+            ),
             {},
         ),
-        "recommender": (
-            [
-                LAUNCHER,
-                _program("recommender_tpu.py"),
-                "--tpu=my-tpu",
-                "--model_dir=" + out("recommender", "model"),
-                "--results=" + out("recommender", "results.json"),
-            ],
-            {},
-        ),
+        "recommender": (command("recommender", [LAUNCHER], "recommender_tpu.py", "--tpu=my-tpu"), {}),
         # Model parallelism needs a TPU: one clear error, through the launcher.
         "model_parallel": (
-            [
-                LAUNCHER,
-                _program("resnet_tpu.py"),
-                "--num_cores_per_replica=2",
-                "--model_dir=" + out("model_parallel", "model"),
-            ],
+            command("model_parallel", [LAUNCHER], "resnet_tpu.py", "--num_cores_per_replica=2", outputs=("model_dir",)),
             {},
         ),
     }
@@ -84,27 +68,13 @@ def _runs(root):
 def results(tmp_path_factory):
     """Starts every program at once; returns name -> (returncode, stdout+stderr text, work dir)."""
     root = str(tmp_path_factory.mktemp("programs"))
-    processes = {}
+    runs = {}
     for name, (command, extra_env) in _runs(root).items():
-        os.makedirs(os.path.join(root, name), exist_ok=True)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **extra_env)
         env.pop("TPU_ESTIMATOR_NUM_SHARDS", None)
-        log = open(os.path.join(root, name, "log.txt"), "w+")
-        processes[name] = (
-            subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=os.path.join(root, name)),
-            log,
-        )
-    done = {}
-    for name, (process, log) in processes.items():
-        try:
-            process.wait(timeout=TIMEOUT_SECS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.seek(0)
-        done[name] = (process.returncode, log.read(), os.path.join(root, name))
-        log.close()
-    return done
+        runs[name] = (command, env, os.path.join(root, name))
+    done = launcher.run_together(runs, TIMEOUT_SECS)
+    return {name: (returncode, output, os.path.join(root, name)) for name, (returncode, output) in done.items()}
 
 
 def _succeeded(results, name):

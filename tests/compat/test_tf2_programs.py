@@ -6,63 +6,42 @@ optimizer's formula for the tables, Keras' for the dense layers), starting from 
 start together (module fixture) to keep the wall time down.
 """
 
+import functools
+import importlib.util
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.helpers import launcher
 from tests.oracles import optimizers as optimizer_oracle
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(REPO, "examples", "tf2")
 PROGRAMS = os.path.join(REPO, "tests", "programs")
 TIMEOUT_SECS = 240
-NUM_VIDEOS, NUM_USERS, DIM = 32, 24, 4
-NUM_WORDS, NUM_ITEMS = 40, 16  # NUM_ITEMS also the TFRS program's
+DIM = 4
 GLOBAL_BATCH = 16
 STEPS = 6
 
 
-def _mid_level_data():
-    rng = np.random.RandomState(7)
-    num_rows = 64
-    liked = np.stack([rng.choice(NUM_VIDEOS, 3, replace=False) for _ in range(num_rows)])
-    liked[rng.rand(num_rows, 3) < 0.4] = -1
-    return {
-        "watched": rng.randint(0, NUM_VIDEOS, num_rows),
-        "liked": liked,
-        "user": rng.randint(0, NUM_USERS, num_rows),
-        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
-    }
+def _example_data():
+    """examples/tf2/common.py: the programs' data (loaded by path: the programs import it as a sibling script)."""
+    spec = importlib.util.spec_from_file_location("examples_tf2_common", os.path.join(EXAMPLES, "common.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _v2_data():
-    rng = np.random.RandomState(8)
-    num_rows = 64
-    lengths = rng.randint(0, 4, num_rows)
-    return {
-        "query_values": rng.randint(0, NUM_WORDS, lengths.sum()),
-        "query_lengths": lengths,
-        "item": rng.randint(0, NUM_ITEMS, num_rows),
-        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
-    }
-
-
-def _tfrs_data():
-    rng = np.random.RandomState(9)
-    num_rows = 64
-    return {
-        "user": rng.randint(0, NUM_USERS, num_rows),
-        "item": rng.randint(0, NUM_ITEMS, num_rows),
-        "clicked": (rng.rand(num_rows) < 0.5).astype(np.float32),
-    }
-
-
-DATA = {"mid_level": _mid_level_data, "v2": _v2_data, "tfrs": _tfrs_data}
+example_data = _example_data()
+DATA = {  # the test's own rows (other seeds and sizes than the programs' random data)
+    "mid_level": functools.partial(example_data.mid_level_data, num_rows=64, seed=7),
+    "v2": functools.partial(example_data.v2_loop_data, num_rows=64, seed=8),
+    "tfrs": functools.partial(example_data.tfrs_data, num_rows=64, seed=9),
+}
 
 
 def _runs():
@@ -89,10 +68,9 @@ def runs(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TPU_ESTIMATOR_NUM_SHARDS")}
     env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    processes = {}
+    commands = {}
     for name, (program, options, data_name) in _runs().items():
         work_dir = os.path.join(root, name)
-        os.makedirs(work_dir)
         command = [sys.executable, "-m", "tpu_estimator.compat.launcher", *options, os.path.join(EXAMPLES, program)]
         if name.endswith("_hosts"):
             command[:0] = [sys.executable, "-m", "tpu_estimator.app.hosts", "--num_hosts=2", "--grace_secs=20", "--"]
@@ -107,19 +85,12 @@ def runs(tmp_path_factory):
                 "--steps=%d" % STEPS,
                 "--global_batch_size=%d" % GLOBAL_BATCH,
             ]
-        log = open(os.path.join(work_dir, "log.txt"), "w+")
-        processes[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work_dir), log)
-    done = {}
-    for name, (process, log) in processes.items():
-        try:
-            process.wait(timeout=TIMEOUT_SECS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.seek(0)
-        done[name] = (process.returncode, log.read(), os.path.join(root, name), data.get(_runs()[name][2]))
-        log.close()
-    return done
+        commands[name] = (command, env, work_dir)
+    done = launcher.run_together(commands, TIMEOUT_SECS)
+    return {
+        name: (returncode, output, os.path.join(root, name), data.get(_runs()[name][2]))
+        for name, (returncode, output) in done.items()
+    }
 
 
 def _succeeded(runs, name):
@@ -141,6 +112,14 @@ def _checkpoint(work_dir, number):
 # ----------------------------------------------------------------------------------------------- NumPy reference
 def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
+
+
+def _dense_gradients(x, h, activation_slope, z, y, w0, w1):
+    """Gradients of the summed sigmoid cross-entropy / GLOBAL_BATCH of `z = act(x @ w0 + b0) @ w1 + b1`, `h` the
+    hidden activations and `activation_slope` act' at them: ((w0, b0, w1, b1)'s, x's)."""
+    dz = (_sigmoid(z) - y)[:, None] / GLOBAL_BATCH
+    dh = (dz @ w1.T) * activation_slope
+    return (x.T @ dh, dh.sum(0), h.T @ dz, dz.sum(0)), dh @ w0.T
 
 
 def _mid_level_reference(data, initial, steps, table_lr=0.1, dense_lr=0.1):
@@ -176,11 +155,8 @@ def _mid_level_reference(data, initial, steps, table_lr=0.1, dense_lr=0.1):
         rows = np.arange(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH) % num_rows
         x, pre, h, z, y, loss, (watched, liked, user, counts) = forward(rows)
         losses.append(loss)
-        dz = (_sigmoid(z) - y)[:, None] / GLOBAL_BATCH
-        grads = {"w1": h.T @ dz, "b1": dz.sum(0)}
-        dh = (dz @ dense["w1"].T) * (pre > 0)
-        grads.update({"w0": x.T @ dh, "b0": dh.sum(0)})
-        dx = dh @ dense["w0"].T
+        dense_grads, dx = _dense_gradients(x, h, pre > 0, z, y, dense["w0"], dense["w1"])
+        grads = dict(zip(("w0", "b0", "w1", "b1"), dense_grads))
         g_videos = np.zeros_like(tables["videos"]["params"])
         g_users = np.zeros_like(tables["users"]["params"])
         np.add.at(g_videos, watched, dx[:, :DIM])
@@ -226,11 +202,8 @@ def _v2_reference(data, initial, steps, table_lr=0.1, l2=0.01, dense_lr=0.01):
         z = (h @ dense["w1"] + dense["b1"])[:, 0]
         y = data["clicked"][rows].astype(np.float64)
         losses.append((np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))).sum() / GLOBAL_BATCH)
-        dz = (_sigmoid(z) - y)[:, None] / GLOBAL_BATCH
-        grads = {"w1": h.T @ dz, "b1": dz.sum(0)}
-        dh = (dz @ dense["w1"].T) * (1 - h**2)
-        grads.update({"w0": x.T @ dh, "b0": dh.sum(0)})
-        dx = dh @ dense["w0"].T
+        dense_grads, dx = _dense_gradients(x, h, 1 - h**2, z, y, dense["w0"], dense["w1"])
+        grads = dict(zip(("w0", "b0", "w1", "b1"), dense_grads))
         word_ids = np.concatenate(queries)
         word_grads = np.concatenate([np.repeat(dx[i : i + 1, :DIM], len(ids), 0) for i, ids in enumerate(queries)])
         for name, ids, table_grads in (("words", word_ids, word_grads), ("items", items, dx[:, DIM:])):
@@ -281,11 +254,8 @@ def _tfrs_reference(data, initial, steps, table_lr=0.2, dense_lr=0.1):
         rows = np.arange(s * GLOBAL_BATCH, (s + 1) * GLOBAL_BATCH) % num_rows
         x, pre, h, z, y, loss = forward(rows)
         losses.append(loss)
-        dz = (_sigmoid(z) - y)[:, None] / GLOBAL_BATCH
-        grads = {"logit/kernel": h.T @ dz, "logit/bias": dz.sum(0)}
-        dh = (dz @ dense["logit/kernel"].T) * (pre > 0)
-        grads.update({"hidden/kernel": x.T @ dh, "hidden/bias": dh.sum(0)})
-        dx = dh @ dense["hidden/kernel"].T
+        dense_grads, dx = _dense_gradients(x, h, pre > 0, z, y, dense["hidden/kernel"], dense["logit/kernel"])
+        grads = dict(zip(("hidden/kernel", "hidden/bias", "logit/kernel", "logit/bias"), dense_grads))
         for name, ids, g in (("users", data["user"][rows], dx[:, :DIM]), ("items", data["item"][rows], dx[:, DIM:])):
             np.subtract.at(tables[name], ids, table_lr * g)
         for k in dense:

@@ -42,15 +42,6 @@ def _snapshot():
 
 
 @pytest.fixture
-def installed():
-    compat.install()
-    try:
-        yield
-    finally:
-        compat.uninstall()
-
-
-@pytest.fixture
 def two_shards(monkeypatch):
     monkeypatch.setenv("TPU_ESTIMATOR_NUM_SHARDS", "2")
 

@@ -149,6 +149,14 @@ def known_failure(case: Dict[str, Any]) -> Optional[str]:
     return None
 
 
+def working_case(base: Dict[str, Any], **overrides: Any) -> Dict[str, Any]:
+    """`base` with `overrides`: a case of every axis that must work (no expected error, no known failure)."""
+    case = dict(base, **overrides)
+    assert set(case) == set(AXES)
+    assert expected_error(case) is None and known_failure(case) is None
+    return case
+
+
 def is_supported(case: Dict[str, Any]) -> bool:
     return expected_error(case) is None
 

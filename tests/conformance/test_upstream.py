@@ -24,19 +24,7 @@ _UPSTREAM_CASES = [
 def test_upstream_cpu_path_trains_to_the_reference(tmp_path, overrides):
     from tensorflow_estimator.python.estimator.tpu import tpu_estimator as upstream
 
-    case = dict(
-        mode="train",
-        input_config="PER_HOST_V1",
-        shards=1,
-        iterations_per_loop=1,
-        returns="dataset",
-        labels="tensor",
-        key_order="ids_first_sorted",
-        partition="div",
-        optimizer="sgd",
-        signature="features_labels_mode_params",
-        **overrides,
-    )
+    case = dict(cases.BASE_CASE, shards=1, optimizer="sgd", **overrides)
     columns = programs.columns_of(case)
     spec = None
     if columns is not None:

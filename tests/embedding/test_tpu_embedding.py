@@ -21,6 +21,7 @@ from tests.helpers.two_table_model import (
     NUM_STEPS,
     TABLE_OF,
     VOCAB,
+    apply_loss_gradients,
     distributed_iterator,
     feature_config,
     initial,
@@ -102,17 +103,10 @@ def _eager_steps(embedding, strategy=None, in_function=False):
         features, weights, targets = sample_slice(start, start + GLOBAL_BATCH)
         embedding.enqueue(features, weights=weights, training=True)
 
-        def replica_step():
-            with tf.GradientTape() as tape:
-                acts = embedding.dequeue()
-                tape.watch(acts)
-                loss = loss_fn(acts, targets)
-            embedding.apply_gradients(tape.gradient(loss, acts))
-
         if strategy is None:
-            replica_step()
+            apply_loss_gradients(embedding, targets)
         else:
-            strategy.run(replica_step)
+            strategy.run(lambda: apply_loss_gradients(embedding, targets))
 
     fn = tf.function(one) if in_function else one
     for step in range(NUM_STEPS):
@@ -146,11 +140,7 @@ def test_mirrored_eager_and_enqueue_inside_run():
 
     def replica_step(features, user_w, targets):
         embedding.enqueue(features, weights=with_weights(user_w), training=True)
-        with tf.GradientTape() as tape:
-            acts = embedding.dequeue()
-            tape.watch(acts)
-            loss = loss_fn(acts, targets)
-        embedding.apply_gradients(tape.gradient(loss, acts))
+        apply_loss_gradients(embedding, targets)
 
     for _ in range(NUM_STEPS):
         strategy.run(replica_step, args=next(iterator))
@@ -414,14 +404,7 @@ def test_checkpoint_layout_and_restore_across_replica_counts(tmp_path):
     features, weights, targets = sample_slice(2 * GLOBAL_BATCH, 3 * GLOBAL_BATCH)
     restored.enqueue(features, weights)
 
-    def replica():
-        with tf.GradientTape() as tape:
-            acts = restored.dequeue()
-            tape.watch(acts)
-            loss = loss_fn(acts, targets)
-        restored.apply_gradients(tape.gradient(loss, acts))
-
-    one.run(replica)
+    one.run(lambda: apply_loss_gradients(restored, targets))
     assert_state_close(engine_state(restored.engine), reference_training("adagrad", {}, 0.2))
 
 

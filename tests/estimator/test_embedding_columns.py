@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tpu_estimator as te
+from tests.helpers.serving import raw_serving_input_fn
 from tpu_estimator import estimator as tf_estimator
 from tpu_estimator import experimental as tex
 
@@ -146,15 +147,7 @@ def test_checkpoints_are_interchangeable_with_upstream(trained):
         np.testing.assert_allclose(metrics["mean_logit"], ours_metrics["mean_logit"], rtol=1e-4, atol=1e-6)
 
 
-def serving_input_fn():
-    """The column model's serving input: one placeholder per feature, served as received."""
-    features = {
-        "a": tf.compat.v1.placeholder(tf.int64, [None]),
-        "b": tf.compat.v1.placeholder(tf.int64, [None]),
-        "c": tf.compat.v1.placeholder(tf.int64, [None, 2]),
-        "x": tf.compat.v1.placeholder(tf.float32, [None, 2]),
-    }
-    return tf_estimator.export.ServingInputReceiver(features, features)
+serving_input_fn = raw_serving_input_fn(FEATURES)  # the column model's: one placeholder per feature
 
 
 def test_export_serves_what_predict_predicts(trained_ours, tmp_path):

@@ -67,17 +67,15 @@ def make_spec(parameters, partition_strategy="div", **kwargs):
     )
 
 
+def estimator_of(config, spec, **kwargs):
+    """The test model's `TPUEstimator` (training batch G) with the `EmbeddingConfigSpec` `spec`."""
+    return te.TPUEstimator(model_fn=model_fn, config=config, train_batch_size=G, embedding_config_spec=spec, **kwargs)
+
+
 def train(tmp_path, spec, num_shards=2, iterations_per_loop=2, steps=3, **tpu_config_kwargs):
     tpu_config = te.TPUConfig(iterations_per_loop=iterations_per_loop, num_shards=num_shards, **tpu_config_kwargs)
     config = te.RunConfig(model_dir=str(tmp_path), tpu_config=tpu_config)
-    estimator = te.TPUEstimator(
-        model_fn=model_fn,
-        config=config,
-        train_batch_size=G,
-        eval_batch_size=G,
-        predict_batch_size=G,
-        embedding_config_spec=spec,
-    )
+    estimator = estimator_of(config, spec, eval_batch_size=G, predict_batch_size=G)
     estimator.train(input_fn, max_steps=steps)
     return estimator
 
@@ -277,12 +275,7 @@ def test_bad_ids_name_the_feature_and_leave_tables_unchanged(tmp_path):
 
 def test_missing_embedding_feature_is_named(tmp_path):
     config = te.RunConfig(model_dir=str(tmp_path), tpu_config=te.TPUConfig(num_shards=2))
-    estimator = te.TPUEstimator(
-        model_fn=model_fn,
-        config=config,
-        train_batch_size=G,
-        embedding_config_spec=make_spec(tex.AdagradParameters(0.1)),
-    )
+    estimator = estimator_of(config, make_spec(tex.AdagradParameters(0.1)))
 
     def partial_input_fn(params):
         return tf.data.Dataset.from_tensor_slices(({"a": A, "c": C}, Y)).batch(params["batch_size"], True)
@@ -371,13 +364,7 @@ def test_export_serves_predict_with_plain_lookups(tmp_path, partition_strategy):
 
 def test_dict_embeddings_cannot_train_on_the_cpu_path(tmp_path):
     config = te.RunConfig(model_dir=str(tmp_path))
-    estimator = te.TPUEstimator(
-        model_fn=model_fn,
-        config=config,
-        train_batch_size=G,
-        use_tpu=False,
-        embedding_config_spec=make_spec(tex.AdagradParameters(0.1)),
-    )
+    estimator = estimator_of(config, make_spec(tex.AdagradParameters(0.1)), use_tpu=False)
     with pytest.raises(ValueError, match="needs the shards: use use_tpu=True"):
         estimator.train(input_fn, max_steps=1)
 
@@ -388,12 +375,7 @@ def test_embedding_infeed_ends_cleanly_at_end_of_input(tmp_path):
         return dataset.batch(params["batch_size"], drop_remainder=True)  # N / G = 6 batches
 
     config = te.RunConfig(model_dir=str(tmp_path), tpu_config=te.TPUConfig(iterations_per_loop=4, num_shards=2))
-    estimator = te.TPUEstimator(
-        model_fn=model_fn,
-        config=config,
-        train_batch_size=G,
-        embedding_config_spec=make_spec(tex.StochasticGradientDescentParameters(0.3)),
-    )
+    estimator = estimator_of(config, make_spec(tex.StochasticGradientDescentParameters(0.3)))
     estimator.train(finite_input_fn, max_steps=100)
     # Every batch trained: the second loop of 4 ran out of input after 2 steps, whose updates are kept.
     assert estimator.get_variable_value("global_step") == 6
@@ -425,14 +407,7 @@ def test_eval_on_cpu_path_reads_the_logical_tables(tmp_path):
     t1, t2 = estimator.get_variable_value("t1"), estimator.get_variable_value("t2")
     logits = np.concatenate([t1[A].mean(axis=1), t2[B], t1[C[:, 0]]], axis=1) @ W
     config = te.RunConfig(model_dir=str(tmp_path))
-    cpu = te.TPUEstimator(
-        model_fn=model_fn,
-        config=config,
-        train_batch_size=G,
-        eval_batch_size=G,
-        eval_on_tpu=False,
-        embedding_config_spec=make_spec(tex.AdagradParameters(0.3), "mod"),
-    )
+    cpu = estimator_of(config, make_spec(tex.AdagradParameters(0.3), "mod"), eval_batch_size=G, eval_on_tpu=False)
     metrics = cpu.evaluate(input_fn, steps=2)
     np.testing.assert_allclose(metrics["mean_logit"], logits[: 2 * G].mean(), rtol=1e-5)
 

@@ -1,6 +1,7 @@
 """One writer per model_dir: a second trainer fails fast naming the holder; dead holders are taken over;
 readers need no lock; `max_steps` already reached trains nothing; a `kill -9`ed run resumes bit-identically."""
 
+import contextlib
 import json
 import logging
 import os
@@ -50,6 +51,26 @@ def wait_for(path, process):
         time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def paused_past_the_stale_window(process, gate):
+    """Pauses `process` (SIGSTOP) once it waits at `gate`, for 3 s: its heartbeat is then older than the tests' 2 s
+    stale window. The body runs while it is paused; then the gate opens and the process continues (SIGCONT)."""
+    wait_for(str(gate) + ".waiting", process)
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        time.sleep(3)
+        yield
+    finally:
+        gate.touch()
+        os.kill(process.pid, signal.SIGCONT)
+
+
+def error_line(code, output):
+    """The trainer's `ERROR` line (TensorFlow may log "... ERROR (303)" before it); its status must be 3."""
+    assert code == 3, output
+    return output.split("\nERROR ", 1)[1]
+
+
 def train_seconds(output):
     return float(output.split("TRAIN_SECONDS ", 1)[1].split()[0])
 
@@ -84,9 +105,8 @@ def test_second_trainer_fails_fast_naming_the_holder(tmp_path, undisturbed):
     finally:
         gate.touch()
     first_code, first_output = finish(first)
-    assert code == 3, output
+    error = error_line(code, output)
     assert train_seconds(output) < 5.0, output
-    error = output.split("\nERROR ", 1)[1]  # the trainer's line (TensorFlow may log "... ERROR (303)" before it)
     assert error.startswith("ModelDirLockedError: model_dir {} is being trained by another process".format(model_dir))
     assert "host {}, pid {}, since ".format(socket.gethostname(), first.pid) in error
     assert "delete the lock file {}".format(model_dir / LOCK_FILE_NAME) in error
@@ -136,17 +156,10 @@ def test_a_stopped_trainer_keeps_its_lock_however_old_its_heartbeat(tmp_path, un
     model_dir, gate = tmp_path / "model", tmp_path / "gate"
     stale = {model_dir_lock.STALE_AFTER_ENV: "2"}
     stopped = start_trainer(model_dir, gate=gate, **stale)
-    try:
-        wait_for(str(gate) + ".waiting", stopped)
-        os.kill(stopped.pid, signal.SIGSTOP)
-        time.sleep(3)  # its heartbeat is now older than the 2 s window
+    with paused_past_the_stale_window(stopped, gate):
         code, output = finish(start_trainer(model_dir, **stale))
-    finally:
-        gate.touch()
-        os.kill(stopped.pid, signal.SIGCONT)
     stopped_code, stopped_output = finish(stopped)
-    assert code == 3, output
-    error = output.split("\nERROR ", 1)[1]
+    error = error_line(code, output)
     assert error.startswith("ModelDirLockedError: model_dir {} is being trained by another process".format(model_dir))
     assert "host {}, pid {}, since ".format(socket.gethostname(), stopped.pid) in error
     heartbeat_age = float(error.split("(last heartbeat ", 1)[1].split(" s ago)")[0])
@@ -164,19 +177,11 @@ def test_a_trainer_that_lost_its_lock_stops_before_its_next_checkpoint_naming_th
     # its own. Continued, the stopped trainer must write no checkpoint after that.
     model_dir, gate = tmp_path / "model", tmp_path / "gate"
     stopped = start_trainer(model_dir, gate=gate, **{model_dir_lock.STALE_AFTER_ENV: "2"})
-    try:
-        wait_for(str(gate) + ".waiting", stopped)  # checkpoints of steps 0..2 are written
-        os.kill(stopped.pid, signal.SIGSTOP)
-        time.sleep(3)
+    with paused_past_the_stale_window(stopped, gate):  # at the gate, checkpoints of steps 0..2 are written
         os.remove(model_dir / LOCK_FILE_NAME)
         write_lock(str(model_dir), host="other-machine", pid=4242, boot_id="another-boot", token="the-new-holder")
         before = sorted(os.listdir(model_dir))
-    finally:
-        gate.touch()
-        os.kill(stopped.pid, signal.SIGCONT)
-    code, output = finish(stopped)
-    assert code == 3, output
-    error = output.split("\nERROR ", 1)[1]
+    error = error_line(*finish(stopped))
     assert error.startswith(
         "ModelDirLockLostError: Stopped before writing the checkpoint of step {}: this process no longer holds the "
         "training lock of model_dir {}; it is held by host other-machine, pid 4242, since ".format(

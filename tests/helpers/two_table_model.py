@@ -129,6 +129,15 @@ def loss_fn(acts, targets):
     return tf.add_n([tf.reduce_sum(targets[f] * acts[f]) + 0.5 * tf.reduce_sum(acts[f] ** 2) for f in sorted(acts)])
 
 
+def apply_loss_gradients(embedding, targets):
+    """One replica's step: its activations dequeued, `loss_fn`'s gradients applied to the tables."""
+    with tf.GradientTape() as tape:
+        acts = embedding.dequeue()
+        tape.watch(acts)
+        loss = loss_fn(acts, targets)
+    embedding.apply_gradients(tape.gradient(loss, acts))
+
+
 def with_weights(user_w):
     return {"user": user_w, "item": None, "cat": None}
 
@@ -169,17 +178,12 @@ def reference_training(kind, kwargs, lr, num_steps=NUM_STEPS, combiner_a="mean")
 
 # ------------------------------------------------------------------------------------------ seed examples
 def seed_training_step(strategy, embedding):
-    """The seed page's training step, TPUStrategy replaced by `strategy`."""
+    """The seed page's training step, TPUStrategy replaced by `strategy` (its `tpu_step`: `apply_loss_gradients`)."""
 
     @tf.function
     def training_step(dataset_iterator, num_steps):
         def tpu_step(tpu_features):
-            with tf.GradientTape() as tape:
-                activations = embedding.dequeue()
-                tape.watch(activations)
-                loss = loss_fn(activations, tpu_features)
-            embedding_gradients = tape.gradient(loss, activations)
-            embedding.apply_gradients(embedding_gradients)
+            apply_loss_gradients(embedding, tpu_features)
 
         for _ in tf.range(num_steps):
             embedding_features, user_w, tpu_features = next(dataset_iterator)

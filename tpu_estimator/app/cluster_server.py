@@ -195,10 +195,7 @@ def run() -> None:
     """Console script entry point."""
     from tpu_estimator.app import command_help
 
-    mode = command_help.requested(sys.argv[1:])
-    if mode:
-        command_help.print_and_exit(help_text(), FLAGS.get_help(), mode)
-    app.run(main)
+    command_help.run_command(help_text, FLAGS, main)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@ is the same; `--helpfull` adds absl's flags).
 """
 
 import sys
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
-from absl import flags
+from absl import app, flags
 
 SHORT_HELP = ("--help", "-h", "-?", "--helpshort")
 FULL_HELP = ("--helpfull",)
@@ -66,3 +66,17 @@ def print_and_exit(text: str, full_text: str = "", mode: str = "short") -> None:
         sys.stdout.write("\nAll flags (absl's included):\n" + full_text)
     sys.stdout.flush()
     sys.exit(0)
+
+
+def run_command(text: Callable[[], str], flag_values: flags.FlagValues, main: Callable[[List[str]], None]) -> None:
+    """A console script's entry point: prints `text()` for a help flag (see `requested`), else runs `main` with absl.
+
+    Args:
+      text: builds the command's help (called only when asked for).
+      flag_values: the command's flags; `--helpfull` adds their absl help.
+      main: the command's `main(argv)`, run by `absl.app.run`.
+    """
+    mode = requested(sys.argv[1:])
+    if mode:
+        print_and_exit(text(), flag_values.get_help(), mode)
+    app.run(main)

@@ -25,9 +25,9 @@ import sys
 import tempfile
 import threading
 import time
-from typing import IO, Iterator, List, NamedTuple, Optional, Sequence
+from typing import IO, Any, Iterator, List, NamedTuple, Optional, Sequence
 
-from absl import app, flags
+from absl import flags
 
 from tpu_estimator.app import command_help
 from tpu_estimator.hosts import host_report
@@ -136,18 +136,18 @@ def _stop_requests() -> Iterator[List[int]]:
             signal.signal(signum, handler)
 
 
-def run_hosts(
-    command: Sequence[str],
-    num_hosts: int,
-    addresses: Optional[Sequence[str]] = None,
-    grace_secs: float = 90.0,
-    job: str = "worker",
-    env: Optional[dict] = None,
-    out: IO[str] = sys.stdout,
-    stop_secs: float = 30.0,
-) -> List[int]:
-    """Runs `command` once per host with its `TF_CONFIG`; returns every host's exit status (`run_job`'s)."""
-    return [o.exit_status for o in run_job(command, num_hosts, addresses, grace_secs, job, env, out, stop_secs)]
+def run_hosts(command: Sequence[str], num_hosts: int, **options: Any) -> List[int]:
+    """Runs `command` once per host with its `TF_CONFIG`; returns every host's exit status.
+
+    Args:
+      command: the program and its arguments.
+      num_hosts: how many hosts.
+      **options: `run_job`'s other arguments (`addresses`, `grace_secs`, `job`, `env`, `out`, `stop_secs`).
+
+    Returns:
+      Each host's exit status, in host order (`run_job`'s `HostOutcome.exit_status`).
+    """
+    return [outcome.exit_status for outcome in run_job(command, num_hosts, **options)]
 
 
 def run_job(
@@ -313,10 +313,7 @@ def help_text() -> str:
 
 def run() -> None:
     """The console script's entry point."""
-    mode = command_help.requested(sys.argv[1:])
-    if mode:
-        command_help.print_and_exit(help_text(), FLAGS.get_help(), mode)
-    app.run(main)
+    command_help.run_command(help_text, FLAGS, main)
 
 
 if __name__ == "__main__":

@@ -72,24 +72,33 @@ def loopback_cluster(num_hosts: int, cpu_shards: int) -> Iterator[Dict[str, List
                         subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
                     )
             for process, log_path in zip(processes, logs):
-                _wait_until_ready(process, log_path)
+                wait_for_line(process, READY_MESSAGE, START_TIMEOUT_SECS, log_path)
             yield spec
         finally:
             for process in processes:
                 _stop(process)
 
 
-def _wait_until_ready(process: subprocess.Popen, log_path: str) -> None:
-    deadline = time.time() + START_TIMEOUT_SECS
+def wait_for_line(process: subprocess.Popen, text: str, timeout_secs: float, log_path: str) -> None:
+    """Returns once `text` appears in the process's log file.
+
+    Raises:
+      RuntimeError: the process exited, or `timeout_secs` passed, first (with the end of its log).
+    """
+    deadline = time.time() + timeout_secs
     while time.time() < deadline:
         with open(log_path) as log:
-            if READY_MESSAGE in log.read():
+            if text in log.read():
                 return
         if process.poll() is not None:
             break
         time.sleep(0.2)
     with open(log_path) as log:
-        raise RuntimeError("Worker {} did not start:\n{}".format(" ".join(process.args), log.read()[-3000:]))
+        raise RuntimeError(
+            "{} did not print {!r} within {} s:\n{}".format(
+                " ".join(process.args), text, timeout_secs, log.read()[-3000:]
+            )
+        )
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -43,6 +43,8 @@ from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
+from tpu_estimator import _environment
+
 LOCK_FILE_NAME = ".tpu_estimator_train.lock"
 _TAKEOVER_SUFFIX = ".takeover"
 # A takeover file older than this was left by a contender that died while breaking a stale lock.
@@ -69,16 +71,7 @@ DEFAULT_HEARTBEAT_SECS = 10.0
 
 
 def _stale_after_secs_from_environment() -> float:
-    text = os.environ.get(STALE_AFTER_ENV, "").strip()
-    if not text:
-        return DEFAULT_STALE_AFTER_SECS
-    try:
-        secs = float(text)
-    except ValueError:
-        secs = float("nan")
-    if not 0 < secs < float("inf"):
-        raise ValueError("{}={!r} must be a positive number of seconds.".format(STALE_AFTER_ENV, text))
-    return secs
+    return _environment.positive_secs(STALE_AFTER_ENV, DEFAULT_STALE_AFTER_SECS)
 
 
 def _boot_id() -> Optional[str]:

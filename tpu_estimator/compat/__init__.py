@@ -39,8 +39,7 @@ earlier) keep TensorFlow's objects: install first, then import the program (the 
 `tpu_estimator.compat.launcher` does this). `uninstall()` puts every replaced object back and removes what was added.
 """
 
-import importlib
-from typing import Any
+from tpu_estimator import _lazy_names
 
 # Public names and the submodule defining each. They are imported on first use, so that importing the launcher
 # (`tpu_estimator.compat.launcher`) does not import TensorFlow before it has quieted its logs.
@@ -71,15 +70,4 @@ _SUBMODULES = (
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES))
+__getattr__, __dir__ = _lazy_names.lazy_names(__name__, _EXPORTS, _SUBMODULES)

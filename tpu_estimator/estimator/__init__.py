@@ -33,33 +33,22 @@ HOOK_NAMES = (
 )
 globals().update({name: getattr(tf.compat.v1.train, name) for name in HOOK_NAMES})
 
-Estimator = _estimator_lib.Estimator
-EstimatorSpec = _estimator_lib.EstimatorSpec
-ModeKeys = _estimator_lib.ModeKeys
-RunConfig = _estimator_lib.BaseRunConfig
-TrainSpec = _estimator_lib.TrainSpec
-EvalSpec = _estimator_lib.EvalSpec
-train_and_evaluate = _estimator_lib.train_and_evaluate
-WarmStartSettings = _estimator_lib.WarmStartSettings
-VocabInfo = _estimator_lib.VocabInfo
-Exporter = _estimator_lib.Exporter
-FinalExporter = _estimator_lib.FinalExporter
-LatestExporter = _estimator_lib.LatestExporter
-BestExporter = _estimator_lib.BestExporter
+# name -> its name in the active core (`_estimator_lib`).
+CORE_NAMES = {
+    "BestExporter": "BestExporter",
+    "Estimator": "Estimator",
+    "EstimatorSpec": "EstimatorSpec",
+    "EvalSpec": "EvalSpec",
+    "Exporter": "Exporter",
+    "FinalExporter": "FinalExporter",
+    "LatestExporter": "LatestExporter",
+    "ModeKeys": "ModeKeys",
+    "RunConfig": "BaseRunConfig",
+    "TrainSpec": "TrainSpec",
+    "VocabInfo": "VocabInfo",
+    "WarmStartSettings": "WarmStartSettings",
+    "train_and_evaluate": "train_and_evaluate",
+}
+globals().update({name: getattr(_estimator_lib, core_name) for name, core_name in CORE_NAMES.items()})
 
-__all__ = list(HOOK_NAMES) + [
-    "BestExporter",
-    "Estimator",
-    "EstimatorSpec",
-    "EvalSpec",
-    "Exporter",
-    "FinalExporter",
-    "LatestExporter",
-    "ModeKeys",
-    "RunConfig",
-    "TrainSpec",
-    "VocabInfo",
-    "WarmStartSettings",
-    "export",
-    "train_and_evaluate",
-]
+__all__ = list(HOOK_NAMES) + list(CORE_NAMES) + ["export"]

@@ -27,7 +27,7 @@ from tpu_estimator.estimator_core import predictions as predictions_lib
 from tpu_estimator.estimator_core.cluster import TaskType
 from tpu_estimator.estimator_core.inputs import fn_args, has_dataset_or_queue_runner, parse_input_fn_result
 from tpu_estimator.estimator_core.mode_keys import ModeKeys
-from tpu_estimator.estimator_core.model_fn import EstimatorSpec, verify_model_fn_args
+from tpu_estimator.estimator_core.model_fn import EstimatorSpec, instances_of, verify_model_fn_args
 
 # Members a subclass may override (as upstream allows); TPUEstimator may override anything.
 _ALLOWED_OVERRIDES = frozenset(
@@ -734,16 +734,9 @@ def _check_checkpoint_available(model_dir: str) -> None:
 
 
 def _check_hooks_type(hooks) -> list:
-    hooks = list(hooks or [])
-    for h in hooks:
-        if not isinstance(h, tf.compat.v1.train.SessionRunHook):
-            raise TypeError("Hooks must be a SessionRunHook, given: {}".format(h))
-    return hooks
+    return instances_of(tf.compat.v1.train.SessionRunHook, hooks, "Hooks must be a SessionRunHook, given: {}")
 
 
 def _check_listeners_type(saving_listeners) -> list:
-    listeners = list(saving_listeners or [])
-    for listener in listeners:
-        if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
-            raise TypeError("saving_listeners must be a list of CheckpointSaverListener, given: {}".format(listener))
-    return listeners
+    message = "saving_listeners must be a list of CheckpointSaverListener, given: {}"
+    return instances_of(tf.compat.v1.train.CheckpointSaverListener, saving_listeners, message)

@@ -142,7 +142,37 @@ class EvaluationThrottle(object):
         self._timer.update_last_triggered_step(global_step_value)
 
 
-class EvaluateAfterCheckpoint(tf.compat.v1.train.CheckpointSaverListener):
+class ThrottledEvaluations(tf.compat.v1.train.CheckpointSaverListener):
+    """A listener that acts on the checkpoint saves `EvaluationThrottle` picks: `_evaluate(global_step_value)`.
+
+    Args:
+      eval_throttle_secs: at most one evaluation per this many seconds (the last checkpoint is always evaluated).
+    """
+
+    def __init__(self, eval_throttle_secs: int):
+        self._throttle = EvaluationThrottle(eval_throttle_secs)
+
+    def begin(self) -> None:
+        self._throttle.begin()
+
+    def after_save(self, session, global_step_value) -> None:
+        del session
+        if self._throttle.due_after_save(global_step_value):
+            self._throttle.evaluating(global_step_value)
+            self._evaluate(global_step_value)
+
+    def end(self, session, global_step_value) -> None:
+        del session
+        if self._throttle.due_at_end(global_step_value):
+            self._throttle.evaluating(global_step_value)
+            self._evaluate(global_step_value)
+
+    def _evaluate(self, global_step_value: int) -> None:
+        """What an evaluation of the checkpoint at `global_step_value` does (the subclass's)."""
+        raise NotImplementedError
+
+
+class EvaluateAfterCheckpoint(ThrottledEvaluations):
     """Evaluates after the checkpoint saves `EvaluationThrottle` picks.
 
     Args:
@@ -151,26 +181,13 @@ class EvaluateAfterCheckpoint(tf.compat.v1.train.CheckpointSaverListener):
     """
 
     def __init__(self, evaluator: Evaluator, eval_throttle_secs: int):
+        super().__init__(eval_throttle_secs)
         self._evaluator = evaluator
-        self._throttle = EvaluationThrottle(eval_throttle_secs)
         self.eval_result = None
         self.export_results = None
 
-    def begin(self) -> None:
-        self._throttle.begin()
-
-    def after_save(self, session, global_step_value) -> None:
-        del session
-        if self._throttle.due_after_save(global_step_value):
-            self._evaluate(global_step_value)
-
-    def end(self, session, global_step_value) -> None:
-        del session
-        if self._throttle.due_at_end(global_step_value):
-            self._evaluate(global_step_value)
-
     def _evaluate(self, global_step_value) -> None:
-        self._throttle.evaluating(global_step_value)
+        del global_step_value  # the new checkpoint is the one just saved
         self.eval_result, self.export_results = evaluate_new_checkpoint(self._evaluator)
 
 

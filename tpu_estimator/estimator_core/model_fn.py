@@ -165,12 +165,23 @@ def _validate_predictions(predictions, mode):
     return predictions
 
 
-def _validate_hooks(hooks):
-    hooks = tuple(hooks or [])
-    for hook in hooks:
-        if not isinstance(hook, tf.compat.v1.train.SessionRunHook):
-            raise TypeError("All hooks must be SessionRunHook instances, given: {}".format(hook))
-    return hooks
+def instances_of(cls: type, values: Any, message: str) -> list:
+    """`values` (None: none) as a list, each a `cls`.
+
+    Raises:
+      TypeError: `message.format(value)` for the first value that is not a `cls` (the caller's upstream text).
+    """
+    values = list(values or [])
+    for value in values:
+        if not isinstance(value, cls):
+            raise TypeError(message.format(value))
+    return values
+
+
+def _validate_hooks(hooks) -> tuple:
+    return tuple(
+        instances_of(tf.compat.v1.train.SessionRunHook, hooks, "All hooks must be SessionRunHook instances, given: {}")
+    )
 
 
 def _is_keras_metric(value: Any) -> bool:

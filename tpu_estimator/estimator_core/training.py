@@ -12,6 +12,7 @@ from tpu_estimator.estimator_core import distributed_training
 from tpu_estimator.estimator_core import evaluator as evaluator_lib
 from tpu_estimator.estimator_core.cluster import TaskType
 from tpu_estimator.estimator_core.exporters import Exporter
+from tpu_estimator.estimator_core.model_fn import instances_of
 
 
 def _validate_input_fn(input_fn) -> None:
@@ -20,21 +21,13 @@ def _validate_input_fn(input_fn) -> None:
 
 
 def _validate_hooks(hooks) -> tuple:
-    hooks = tuple(hooks or [])
-    for hook in hooks:
-        if not isinstance(hook, tf.compat.v1.train.SessionRunHook):
-            raise TypeError("All hooks must be `SessionRunHook` instances, given: {}".format(hook))
-    return hooks
+    message = "All hooks must be `SessionRunHook` instances, given: {}"
+    return tuple(instances_of(tf.compat.v1.train.SessionRunHook, hooks, message))
 
 
 def _validate_saving_listeners(saving_listeners) -> tuple:
-    saving_listeners = tuple(saving_listeners or [])
-    for listener in saving_listeners:
-        if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
-            raise TypeError(
-                "All saving_listeners must be `CheckpointSaverListener` instances, given: {}".format(listener)
-            )
-    return saving_listeners
+    message = "All saving_listeners must be `CheckpointSaverListener` instances, given: {}"
+    return tuple(instances_of(tf.compat.v1.train.CheckpointSaverListener, saving_listeners, message))
 
 
 def _validate_exporters(exporters) -> tuple:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 
 import tensorflow as tf
 
-from tpu_estimator import _tf_internal
+from tpu_estimator import _environment, _tf_internal
 
 # Deadline of session creation and of every Session.run on a cluster, unless the session config sets one: a dead
 # or unreachable worker surfaces as an error within a minute instead of a hang.
@@ -364,16 +364,7 @@ def hosts_wait_secs() -> float:
     Raises:
       ValueError: the variable is not a positive number of seconds.
     """
-    text = os.environ.get(HOSTS_WAIT_ENV, "").strip()
-    if not text:
-        return DEFAULT_HOSTS_WAIT_SECS
-    try:
-        secs = float(text)
-    except ValueError:
-        secs = float("nan")
-    if not secs > 0 or secs == float("inf"):
-        raise ValueError("{}={!r} must be a positive number of seconds.".format(HOSTS_WAIT_ENV, text))
-    return secs
+    return _environment.positive_secs(HOSTS_WAIT_ENV, DEFAULT_HOSTS_WAIT_SECS)
 
 
 def wait_for_every_host_to_listen(cluster: Cluster, poll_secs: float = 0.2, wait_secs: Optional[float] = None) -> None:

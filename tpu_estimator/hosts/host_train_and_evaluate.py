@@ -32,7 +32,7 @@ CHIEF_PICK_WAIT_SECS = 3600
 _NOT_PICKED = -1
 
 
-class ChiefEvaluationPicks(tf.compat.v1.train.CheckpointSaverListener):
+class ChiefEvaluationPicks(evaluator_lib.ThrottledEvaluations):
     """The chief's listener: which checkpoint saves are evaluated (the global step of the pick, or -1).
 
     Args:
@@ -40,25 +40,14 @@ class ChiefEvaluationPicks(tf.compat.v1.train.CheckpointSaverListener):
     """
 
     def __init__(self, eval_throttle_secs: int):
-        self._throttle = evaluator_lib.EvaluationThrottle(eval_throttle_secs)
+        super().__init__(eval_throttle_secs)
         self._picked = _NOT_PICKED
 
     def begin(self) -> None:
-        self._throttle.begin()
+        super().begin()
         self._picked = _NOT_PICKED
 
-    def after_save(self, session, global_step_value) -> None:
-        del session
-        if self._throttle.due_after_save(global_step_value):
-            self._pick(global_step_value)
-
-    def end(self, session, global_step_value) -> None:
-        del session
-        if self._throttle.due_at_end(global_step_value):
-            self._pick(global_step_value)
-
-    def _pick(self, global_step_value: int) -> None:
-        self._throttle.evaluating(global_step_value)
+    def _evaluate(self, global_step_value: int) -> None:
         self._picked = int(global_step_value)
 
     def take(self) -> int:

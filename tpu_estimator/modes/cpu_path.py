@@ -7,7 +7,7 @@ plain lookups on the full tables (`embedding_serving.serving_features`).
 """
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import tensorflow as tf
 
@@ -18,26 +18,21 @@ from tpu_estimator.modes import host_calls as host_calls_lib
 from tpu_estimator.replicas.device_rewrite import rewrite
 from tpu_estimator.specs.context import ShardingContext
 from tpu_estimator.specs.embedding_spec import EmbeddingConfigSpec
-from tpu_estimator.specs.spec import TPUEstimatorSpec, call_user_model_fn
+from tpu_estimator.specs.spec import ModelFnSettings, TPUEstimatorSpec, call_user_model_fn
 
 ModeKeys = _estimator_lib.ModeKeys
 
 
 @dataclasses.dataclass(frozen=True)
-class CpuSettings:
-    """What the CPU path needs from the estimator, fixed for one `model_fn` call.
+class CpuSettings(ModelFnSettings):
+    """What the CPU path needs from the estimator, fixed for one `model_fn` call (`params` get `batch_size` and
+    `use_tpu`).
 
     Attributes:
-      model_fn: the user's `model_fn`.
-      config: the `RunConfig` passed to `model_fn`.
-      params: the params passed to `model_fn` (`batch_size` and `use_tpu` are added).
       embedding_config_spec: the estimator's `EmbeddingConfigSpec`, or None.
       progress: loss/step logging and examples/sec of TRAIN.
     """
 
-    model_fn: Callable
-    config: Any
-    params: dict
     embedding_config_spec: Optional[EmbeddingConfigSpec]
     progress: hooks_lib.ProgressSettings
 

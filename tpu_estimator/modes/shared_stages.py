@@ -18,26 +18,21 @@ from tpu_estimator.hosts.collectives import HostCollectives
 from tpu_estimator.replicas import replication, stamping
 from tpu_estimator.specs.context import ShardingContext, TPUContext
 from tpu_estimator.specs.embedding_spec import EmbeddingConfigSpec
-from tpu_estimator.specs.spec import TPUEstimatorSpec, call_user_model_fn, verify_spec_on_shards
+from tpu_estimator.specs.spec import ModelFnSettings, TPUEstimatorSpec, call_user_model_fn, verify_spec_on_shards
 
 ModeKeys = _estimator_lib.ModeKeys
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardedSettings:
-    """What every mode on shards needs from the estimator, fixed for one `model_fn` call.
+class ShardedSettings(ModelFnSettings):
+    """What every mode on shards needs from the estimator, fixed for one `model_fn` call (`params` get
+    `batch_size` and `context` per replica).
 
     Attributes:
-      model_fn: the user's `model_fn`.
-      config: the `RunConfig` passed to `model_fn`.
-      params: the params passed to `model_fn` (without `batch_size`/`context`, added per replica).
       batch_axis: the estimator's `batch_axis` (PER_HOST_V1/SLICED split axes), or None.
       embedding_config_spec: the estimator's `EmbeddingConfigSpec`, or None.
     """
 
-    model_fn: Callable
-    config: Any
-    params: dict
     batch_axis: Optional[Sequence[int]]
     embedding_config_spec: Optional[EmbeddingConfigSpec]
 

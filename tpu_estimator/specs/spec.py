@@ -1,6 +1,8 @@
 """`TPUEstimatorSpec`: what `model_fn` returns, with upstream's validation and CPU conversion."""
 
 import collections
+import dataclasses
+from typing import Any, Callable
 
 import tensorflow as tf
 
@@ -116,6 +118,21 @@ def call_scaffold_fn(scaffold_fn):
     if scaffold is None:
         raise ValueError("TPUEstimatorSpec.scaffold_fn returns None, which is not allowed")
     return scaffold
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFnSettings:
+    """What a call of the user's `model_fn` needs from the estimator (each mode's settings add their own).
+
+    Attributes:
+      model_fn: the user's `model_fn`.
+      config: the `RunConfig` passed to `model_fn`.
+      params: the estimator's params (the mode adds `batch_size`, `use_tpu` or `context` to a copy).
+    """
+
+    model_fn: Callable
+    config: Any
+    params: dict
 
 
 def call_user_model_fn(model_fn, features, labels, mode, config, params):

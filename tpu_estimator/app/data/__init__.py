@@ -6,8 +6,7 @@ Modules: `schema` (feature names and cardinalities, no TensorFlow), `criteo` (fe
 The names below are imported on first use, so that importing `schema` does not import TensorFlow.
 """
 
-import importlib
-from typing import Any
+from tpu_estimator import _lazy_names
 
 _EXPORTS = {
     "convert_tsv_to_tfrecord": "convert",
@@ -33,7 +32,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = _lazy_names.lazy_names(__name__, _EXPORTS)

@@ -53,6 +53,13 @@ def dense_optimizer(cfg: config_file.DenseOptimizerConfig) -> tf.compat.v1.train
     raise ValueError(f"optimizer.dense.name: unknown optimizer {cfg.name!r}")
 
 
+def categorical_table(config: config_file.Config, name: str) -> Any:
+    """The `TableConfig` of categorical feature `name` as the config's table settings give it (vocabulary size,
+    dimension, combiner)."""
+    settings = config.table_settings(name)
+    return tex.TableConfig(settings["vocab_size"], settings["dim"], combiner=settings["combiner"])
+
+
 def embedding_optimization_parameters(cfg: config_file.EmbeddingOptimizerConfig):
     """The `EmbeddingConfigSpec.optimization_parameters` (`AdagradParameters`, ...) of the config."""
     args: Dict[str, Any] = dict(cfg.args)

@@ -29,10 +29,7 @@ def embedding_tables(config: config_file.Config) -> Tuple[Dict[str, Any], Dict[s
     """`(feature_to_config_dict, table_to_config_dict)`: table `emb_cat_i` for feature `cat_i`."""
     features, tables = {}, {}
     for name in criteo.CATEGORICAL_FEATURE_NAMES:
-        settings = config.table_settings(name)
-        tables[TABLE_PREFIX + name] = tex.TableConfig(
-            settings["vocab_size"], settings["dim"], combiner=settings["combiner"]
-        )
+        tables[TABLE_PREFIX + name] = common.categorical_table(config, name)
         features[name] = tex.FeatureConfig(TABLE_PREFIX + name)
     return features, tables
 

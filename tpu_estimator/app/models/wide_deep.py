@@ -27,13 +27,11 @@ def embedding_tables(config: config_file.Config) -> Tuple[Dict[str, Any], Dict[s
     """`(feature_to_config_dict, table_to_config_dict)`: tables `wide_cat_i` (dim 1) and `deep_cat_i`."""
     features, tables = {}, {}
     for name in criteo.CATEGORICAL_FEATURE_NAMES:
-        settings = config.table_settings(name)
+        deep = common.categorical_table(config, name)
         tables[WIDE_PREFIX + name] = tex.TableConfig(
-            settings["vocab_size"], 1, combiner="sum", initializer=tf.compat.v1.zeros_initializer()
+            deep.vocabulary_size, 1, combiner="sum", initializer=tf.compat.v1.zeros_initializer()
         )
-        tables[DEEP_PREFIX + name] = tex.TableConfig(
-            settings["vocab_size"], settings["dim"], combiner=settings["combiner"]
-        )
+        tables[DEEP_PREFIX + name] = deep
         features[WIDE_PREFIX + name] = tex.FeatureConfig(WIDE_PREFIX + name)
         features[name] = tex.FeatureConfig(DEEP_PREFIX + name)
     return features, tables
