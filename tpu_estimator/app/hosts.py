@@ -27,7 +27,7 @@ import threading
 import time
 from typing import IO, Any, Iterator, List, NamedTuple, Optional, Sequence
 
-from absl import flags
+from absl import app, flags
 
 from tpu_estimator.app import command_help
 from tpu_estimator.hosts import host_report
