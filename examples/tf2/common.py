@@ -1,12 +1,11 @@
-"""What the programs of this folder share: their flags, their TPU and their data.
+"""What the programs of this folder share: their flags and their data (each connects to its TPU itself, as
+TensorFlow's TPU guide writes it).
 
-`tpu_strategy` makes the calls TensorFlow's TPU guide starts a program with (tpu_embedding_mid_level.py makes them
-itself, as the `TPUEmbedding` page writes them). Each program trains on the .npz that `--data` names (its docstring lists the arrays) or, without `--data`, on random
+Each program trains on the .npz that `--data` names (its docstring lists the arrays) or, without `--data`, on random
 data of the same form, made by its function here. The vocabulary sizes are those of the programs' tables.
 """
 
 import numpy as np
-import tensorflow as tf
 from absl import flags
 
 NUM_VIDEOS, NUM_USERS, NUM_WORDS, NUM_ITEMS = 32, 24, 40, 16
@@ -20,15 +19,6 @@ def define_flags(model_dir):
     flags.DEFINE_string("results", "", "Where to write the losses (JSON); nowhere when empty.")
     flags.DEFINE_integer("steps", 10, "Training steps.")
     flags.DEFINE_integer("global_batch_size", 16, "Examples per step over all replicas.")
-
-
-def tpu_strategy(tpu):
-    """Connects to the TPU `tpu` names (`TPUClusterResolver`, `experimental_connect_to_cluster`,
-    `initialize_tpu_system`) and returns a `TPUStrategy` over its cores."""
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    return tf.distribute.TPUStrategy(resolver)
 
 
 def load_data(path, random_data):

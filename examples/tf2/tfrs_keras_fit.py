@@ -2,7 +2,7 @@
 
 The Keras style of TPU embeddings: a model whose embedding layer wraps `tf.tpu.experimental.embedding.TPUEmbedding`
 (the layer enqueues, dequeues and applies the embedding optimizer itself), compiled with `steps_per_execution` and
-trained with `fit` (the TPU from `common.tpu_strategy`). It never imports tpu_estimator. Here, on 2 shards of this machine:
+trained with `fit` (under the TPU's `TPUStrategy`). It never imports tpu_estimator. Here, on 2 shards of this machine:
 
     tpu-estimator-run --num_shards=2 examples/tf2/tfrs_keras_fit.py --data=data.npz --model_dir=/tmp/m
 
@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 from absl import app, flags
-from common import NUM_ITEMS, NUM_USERS, define_flags, load_data, tfrs_data, tpu_strategy  # this folder's common.py
+from common import NUM_ITEMS, NUM_USERS, define_flags, load_data, tfrs_data  # this folder's common.py
 
 FLAGS = flags.FLAGS
 define_flags(model_dir="/tmp/tfrs_keras_fit")
@@ -40,7 +40,10 @@ class ClickModel(tf.keras.Model):
 
 def main(argv):
     del argv
-    strategy = tpu_strategy(FLAGS.tpu)
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=FLAGS.tpu)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    strategy = tf.distribute.TPUStrategy(resolver)
 
     users = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=NUM_USERS, dim=DIM, name="users")
     items = tf.tpu.experimental.embedding.TableConfig(vocabulary_size=NUM_ITEMS, dim=DIM, name="items")

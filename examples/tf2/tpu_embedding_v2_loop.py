@@ -1,9 +1,9 @@
 """A custom training loop with `tf.tpu.experimental.embedding.TPUEmbeddingV2`, TensorFlow's SparseCore API.
 
-Written as for a TPU with SparseCores: `TPUStrategy` (`common.tpu_strategy`), the lookup inside the step (`embedding(features)` returns the
-activations and the preserved outputs that `apply_gradients` takes back), a `tf.function` over `tf.range`, a Keras
-model and Adam for the dense part (FTRL for the tables), a checkpoint before and after training. It never imports tpu_estimator. Here,
-on 2 shards of this machine:
+Written as for a TPU with SparseCores: `TPUClusterResolver`, `initialize_tpu_system`, `TPUStrategy`, the lookup
+inside the step (`embedding(features)` returns the activations and the preserved outputs that `apply_gradients`
+takes back), a `tf.function` over `tf.range`, a Keras model and Adam for the dense part (FTRL for the tables), a
+checkpoint before and after training. It never imports tpu_estimator. Here, on 2 shards of this machine:
 
     tpu-estimator-run --num_shards=2 examples/tf2/tpu_embedding_v2_loop.py --data=data.npz --model_dir=/tmp/m
 
@@ -16,7 +16,7 @@ import json
 import numpy as np
 import tensorflow as tf
 from absl import app, flags
-from common import NUM_ITEMS, NUM_WORDS, define_flags, load_data, tpu_strategy, v2_loop_data  # this folder's common.py
+from common import NUM_ITEMS, NUM_WORDS, define_flags, load_data, v2_loop_data  # this folder's common.py
 
 FLAGS = flags.FLAGS
 define_flags(model_dir="/tmp/tpu_embedding_v2_loop")
@@ -35,7 +35,10 @@ def to_dataset(data):
 
 def main(argv):
     del argv
-    strategy = tpu_strategy(FLAGS.tpu)
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=FLAGS.tpu)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    strategy = tf.distribute.TPUStrategy(resolver)
     global_batch_size = FLAGS.global_batch_size
     per_replica_batch_size = global_batch_size // strategy.num_replicas_in_sync
 
