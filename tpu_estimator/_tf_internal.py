@@ -145,7 +145,8 @@ def v1_control_flow() -> ContextManager[None]:
 
     The training loop needs TF1 loops: the loop body holds whole replicas, with `tf.gradients`, optimizer updates
     of resource variables, and Python-side collections, and a session prunes what replica 0 does not need.
-    Process-wide (`_ProcessWidePatch`): the embedding infeed's thread builds its loops while the main thread does.
+    Process-wide (`_ProcessWidePatch`, counted over nesting and threads): on a cluster built from one client the
+    replica threads of `build_replicas` build inside it.
     """
     return _CONTROL_FLOW_V2.applied(lambda: False)
 

@@ -25,7 +25,7 @@ STATE: Dict[str, Dict[str, str]] = {
         "global _close_depth": "callers inside the bounded remote close (the patch is undone by the last)",
         "global _original_close": "Session.close as it was before the bounded remote close patched it",
         "clear_collection(tpu_fc._TPU_FC_TO_SCOPE)": "TensorFlow's TPU feature columns keep their scopes in this "
-        "collection: cleared per replica",
+        "collection: cleared once per bridge, after the loop",
         "get_collection(tpu_fc._TPU_FC_TO_SCOPE)": "the TPU feature columns' scopes TensorFlow parks there",
         "get_collection(key)": "the variables whose initializers the step must not wait for (GLOBAL/LOCAL_VARIABLES)",
     },
