@@ -39,13 +39,13 @@ def relative(path: Path) -> str:
 
 
 def script_flags(script: Path) -> Set[str]:
-    """The flags a script defines, itself or through a module of its folder it imports (`import ours_and_upstream`):
-    absl's (booleans also as `noNAME`) and argparse's."""
+    """The flags a script defines, itself or through a module of its folder it imports (`import ours_and_upstream`,
+    `from common import define_flags`): absl's (booleans also as `noNAME`) and argparse's."""
     source = script.read_text(encoding="utf-8")
-    for module in re.findall(r"^import (\w+)", source, flags=re.M):
+    for module in re.findall(r"^(?:import|from) (\w+)", source, flags=re.M):
         if (script.parent / (module + ".py")).is_file():
             source += (script.parent / (module + ".py")).read_text(encoding="utf-8")
-    names = set(re.findall(r"flags\.DEFINE_\w+\(\s*\"(\w+)\"", source))
+    names = set(re.findall(r"flags\.DEFINE_\w+\(\s*(?:name=)?\"(\w+)\"", source))
     names |= {"no" + n for n in re.findall(r"flags\.DEFINE_bool(?:ean)?\(\s*\"(\w+)\"", source)}
     names |= set(re.findall(r"add_argument\(\s*\"--([\w-]+)\"", source))
     return names

@@ -282,7 +282,9 @@ def check_launcher(words: List[str], launcher_index: int) -> None:
     assert rest, f"{words}: name the program to run"
     script = REPO / rest[0]
     assert script.is_file(), f"{rest[0]}: no such program in the repository"
-    defined = set(re.findall(r"flags\.DEFINE_\w+\(\s*(?:name=)?\"(\w+)\"", script.read_text()))
+    from tests.docs.test_benchmarks import script_flags  # it imports this module's helpers
+
+    defined = script_flags(script)
     for name in flag_names(rest[1:]):
         assert name in defined, f"--{name}: not a flag of {rest[0]} (it defines {sorted(defined)})"
 
